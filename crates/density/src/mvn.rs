@@ -99,6 +99,13 @@ pub fn cholesky_lower(cov: MatRef<'_, f64>) -> Result<Mat<f64>> {
             DensityError::NotPositiveDefinite { pivot: index }
         }
     })?;
+    // A rank-deficient matrix (e.g. the sample covariance of ≤ d points) can factor with a
+    // pivot that is pure roundoff; treat pivots below d·ε·max diag as singular.
+    let max_diag = (0..d).map(|i| cov[(i, i)]).fold(0.0, f64::max);
+    let tol = d as f64 * f64::EPSILON * max_diag;
+    if let Some(i) = (0..d).find(|&i| l[(i, i)] * l[(i, i)] <= tol) {
+        return Err(DensityError::NotPositiveDefinite { pivot: i });
+    }
     // Only the lower triangle is the documented factor: clear the rest.
     for j in 0..d {
         for i in 0..j {
@@ -483,6 +490,17 @@ mod tests {
             ok.log_pdf(&[1.0]),
             Err(DensityError::DimensionMismatch { .. })
         ));
+    }
+
+    #[test]
+    fn rank_deficient_sample_covariance_is_rejected() {
+        // Three points in three dimensions span a plane: their covariance is singular.
+        let pts = [[0.3, 1.2, -0.7], [1.9, -0.4, 0.25], [-0.8, 0.6, 1.4]];
+        let x = Mat::from_fn(3, 3, |i, j| pts[i][j]);
+        let st = crate::SufficientStats::from_rows(x.as_ref(), &[1.0; 3], crate::ScatterKind::Full)
+            .unwrap();
+        let e = MultivariateNormal::full(st.mean().to_vec(), st.covariance().unwrap().as_ref());
+        assert!(matches!(e, Err(DensityError::NotPositiveDefinite { .. })));
     }
 
     #[test]

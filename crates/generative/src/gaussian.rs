@@ -1,0 +1,684 @@
+//! Gaussian discriminant analysis: p(x | y = k) = N(μ_k, Σ_k) with a choice of covariance
+//! structure, fitted in closed form (seeds 001 and 002, Bishop §4.2.2):
+//!
+//! ```text
+//! π_k = N_k / N,  μ_k = Σ_i r_ik x_i / N_k,  S_k = Σ_i r_ik (x_i − μ_k)(x_i − μ_k)ᵀ / N_k
+//! Full (QDA):  Σ_k = S_k          Tied (LDA):  Σ = Σ_k (N_k / N) S_k
+//! Diagonal (Gaussian naive Bayes): diag(S_k)   Spherical: (tr S_k / d) I
+//! ```
+//!
+//! where N_k = Σ_i r_ik is the class's total responsibility. Regularisation: ridge `reg`·I,
+//! fixed shrinkage toward a scaled identity or Ledoit–Wolf shrinkage (as scikit-learn's LDA: on
+//! the standardised data, so toward the diagonal), and `var_smoothing` for the diagonal structures with scikit-learn's
+//! meaning (ε = var_smoothing × the largest feature variance).
+//!
+//! Log-densities use the Cholesky factor of each covariance: a triangular solve whitens a block
+//! of rows, and `ln|Σ| = 2 Σ ln L_ii`; no inverse or determinant is formed.
+
+use faer::linalg::triangular_solve::{
+    solve_lower_triangular_in_place, solve_upper_triangular_in_place,
+};
+use faer::{Mat, MatMut, MatRef, Par};
+
+use density::regularize::{
+    add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
+};
+use density::stats::{Mergeable, ScatterKind, SufficientStats};
+
+use crate::model::{Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows};
+use crate::parallel::{check_chunk, check_sets, map_chunks, resp_column};
+use crate::{GenerativeError, Result};
+
+const LN_2PI: f64 = 1.837_877_066_409_345_5;
+
+/// The covariance structure of the class-conditional Gaussians.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum CovarianceStructure {
+    /// A full covariance per class: quadratic discriminant analysis (QDA).
+    Full,
+    /// One full covariance shared by all classes: linear discriminant analysis (LDA).
+    Tied,
+    /// A diagonal covariance per class: Gaussian naive Bayes.
+    Diagonal,
+    /// One variance per class: σ_k² I.
+    Spherical,
+    /// One diagonal covariance shared by all classes.
+    TiedDiagonal,
+}
+
+impl CovarianceStructure {
+    fn scatter_kind(self) -> ScatterKind {
+        match self {
+            CovarianceStructure::Full | CovarianceStructure::Tied => ScatterKind::Full,
+            _ => ScatterKind::Diagonal,
+        }
+    }
+    fn is_diagonal(self) -> bool {
+        self.scatter_kind() == ScatterKind::Diagonal
+    }
+}
+
+/// Covariance shrinkage of each class covariance S, with scikit-learn's LDA definitions.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub enum Shrinkage {
+    /// Σ ← (1 − α) S + α (tr S / d) I, α in [0, 1].
+    Fixed(f64),
+    /// Ledoit–Wolf on the standardised data, scaled back: Σ ← (1 − α) S + α diag(S) with α
+    /// from the Ledoit–Wolf formula (per class).
+    LedoitWolf,
+}
+
+/// Hyper-parameters of Gaussian discriminant analysis.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GaussianParams {
+    /// Covariance structure (default: `Tied`, i.e. LDA).
+    pub structure: CovarianceStructure,
+    /// Ridge added to every covariance diagonal (default 0).
+    pub reg: f64,
+    /// Shrinkage for the full structures (default none).
+    pub shrinkage: Option<Shrinkage>,
+    /// For the diagonal structures: ε = var_smoothing × max feature variance is added to every
+    /// variance (default 1e-9, scikit-learn's GaussianNB default).
+    pub var_smoothing: f64,
+    /// Class priors (default estimated).
+    pub priors: Priors,
+}
+
+impl Default for GaussianParams {
+    fn default() -> Self {
+        Self {
+            structure: CovarianceStructure::Tied,
+            reg: 0.0,
+            shrinkage: None,
+            var_smoothing: 1e-9,
+            priors: Priors::Estimated,
+        }
+    }
+}
+
+impl GaussianParams {
+    /// Defaults with the given structure.
+    pub fn with_structure(structure: CovarianceStructure) -> Self {
+        Self {
+            structure,
+            ..Self::default()
+        }
+    }
+}
+
+impl HyperParams for GaussianParams {
+    fn check_params(&self) -> Result<()> {
+        if !self.reg.is_finite() || self.reg < 0.0 {
+            return Err(GenerativeError::InvalidParameter {
+                name: "reg",
+                rule: ">= 0",
+                value: self.reg.to_string(),
+            });
+        }
+        if !self.var_smoothing.is_finite() || self.var_smoothing < 0.0 {
+            return Err(GenerativeError::InvalidParameter {
+                name: "var_smoothing",
+                rule: ">= 0",
+                value: self.var_smoothing.to_string(),
+            });
+        }
+        if let Some(Shrinkage::Fixed(a)) = self.shrinkage
+            && !(0.0..=1.0).contains(&a)
+        {
+            return Err(GenerativeError::InvalidParameter {
+                name: "shrinkage",
+                rule: "in [0, 1]",
+                value: a.to_string(),
+            });
+        }
+        if self.shrinkage.is_some() && self.structure.is_diagonal() {
+            return Err(GenerativeError::InvalidParameter {
+                name: "shrinkage",
+                rule: "used only with the full or tied structure",
+                value: format!("{:?} with {:?}", self.shrinkage, self.structure),
+            });
+        }
+        self.priors.check()
+    }
+}
+
+/// A fitted Gaussian discriminant analysis model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GaussianClassifier {
+    structure: CovarianceStructure,
+    n_features: usize,
+    n_classes: usize,
+    log_priors: Vec<f64>,
+    /// Total responsibility N_k each class received in training.
+    class_weights: Vec<f64>,
+    /// Class means, K × d row-major.
+    means: Vec<f64>,
+    /// Full: K lower Cholesky factors (d × d column-major each); Tied: one;
+    /// Diagonal: K × d variances; Spherical: K variances; TiedDiagonal: d variances.
+    factors: Vec<f64>,
+    /// Free parameters counted for BIC.
+    priors_fixed: bool,
+}
+
+/// The linear discriminant of LDA: a_k(x) = w_kᵀ x + w_k0 with w_k = Σ⁻¹ μ_k and
+/// w_k0 = −½ μ_kᵀ Σ⁻¹ μ_k + ln π_k; softmax(W x + w0) is the posterior.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LinearDiscriminant {
+    /// K × d row-major.
+    pub weights: Vec<f64>,
+    /// K intercepts.
+    pub intercepts: Vec<f64>,
+    pub n_features: usize,
+}
+
+impl LinearDiscriminant {
+    /// For two classes: p(y = 1 | x) = σ(wᵀ x + w0) with w = w_1 − w_0 and w0 = w_10 − w_00.
+    pub fn binary(&self) -> Option<(Vec<f64>, f64)> {
+        if self.intercepts.len() != 2 {
+            return None;
+        }
+        let d = self.n_features;
+        let w = (0..d)
+            .map(|j| self.weights[d + j] - self.weights[j])
+            .collect();
+        Some((w, self.intercepts[1] - self.intercepts[0]))
+    }
+
+    /// The K scores W x + w0 of one point.
+    pub fn scores(&self, x: &[f64]) -> Vec<f64> {
+        let d = self.n_features;
+        self.intercepts
+            .iter()
+            .enumerate()
+            .map(|(k, b)| b + density::numerics::dot(&self.weights[k * d..(k + 1) * d], x))
+            .collect()
+    }
+}
+
+impl WeightedFit for Checked<GaussianParams> {
+    type Model = GaussianClassifier;
+
+    fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<GaussianClassifier> {
+        let (d, k) = check_sets(sets)?;
+        let kind = self.structure.scatter_kind();
+        // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
+        let partials = map_chunks(sets, |chunk| {
+            check_chunk(&chunk)?;
+            let mut buffer = Mat::zeros(0, 0);
+            let mut w = Vec::with_capacity(chunk.x.nrows());
+            let mut out = Vec::with_capacity(k);
+            for c in 0..k {
+                resp_column(chunk.resp, c, &mut w);
+                let mut st = SufficientStats::new(d, kind);
+                st.accumulate_rows(chunk.x, &w, &mut buffer);
+                out.push(st);
+            }
+            Ok(out)
+        })?;
+        let mut stats: Vec<SufficientStats> =
+            (0..k).map(|_| SufficientStats::new(d, kind)).collect();
+        for part in &partials {
+            for (s, p) in stats.iter_mut().zip(part) {
+                s.merge(p);
+            }
+        }
+        let class_weights: Vec<f64> = stats.iter().map(|s| s.weight()).collect();
+        if let Some(c) = class_weights.iter().position(|w| *w <= 0.0) {
+            return Err(GenerativeError::EmptyClass { class: c });
+        }
+        let total: f64 = class_weights.iter().sum();
+        let log_priors = self.priors.log_priors(&class_weights)?;
+        let mut covs: Vec<Mat<f64>> = stats
+            .iter()
+            .map(|s| s.covariance())
+            .collect::<density::Result<_>>()?;
+
+        if let Some(shrinkage) = self.shrinkage {
+            match shrinkage {
+                Shrinkage::Fixed(a) => covs
+                    .iter_mut()
+                    .for_each(|cov| shrink_toward_scaled_identity(cov, a)),
+                Shrinkage::LedoitWolf => {
+                    let alphas = self.ledoit_wolf_alphas(sets, &stats, &covs)?;
+                    for (cov, a) in covs.iter_mut().zip(alphas) {
+                        shrink_toward_diagonal(cov, a);
+                    }
+                }
+            }
+        }
+
+        let means: Vec<f64> = stats
+            .iter()
+            .flat_map(|s| s.mean().iter().copied())
+            .collect();
+        let epsilon = if self.structure.is_diagonal() {
+            let mut all = stats[0].clone();
+            for s in &stats[1..] {
+                all.merge(s);
+            }
+            let max_var = all.variances()?.into_iter().fold(0.0, f64::max);
+            self.var_smoothing * max_var + self.reg
+        } else {
+            self.reg
+        };
+        let factors = match self.structure {
+            CovarianceStructure::Full => {
+                let mut f = Vec::with_capacity(k * d * d);
+                for (c, cov) in covs.iter_mut().enumerate() {
+                    add_ridge(cov, epsilon);
+                    let l = density::mvn::cholesky_lower(cov.as_ref()).map_err(|_| {
+                        GenerativeError::SingularCovariance {
+                            class: c,
+                            weight: class_weights[c],
+                            n_features: d,
+                            hint: if class_weights[c] <= d as f64 {
+                                ": a full covariance needs more points than features"
+                            } else {
+                                ""
+                            },
+                        }
+                    })?;
+                    f.extend(
+                        (0..d)
+                            .flat_map(|j| (0..d).map(move |i| (i, j)))
+                            .map(|(i, j)| l[(i, j)]),
+                    );
+                }
+                f
+            }
+            CovarianceStructure::Tied => {
+                let mut pooled = Mat::<f64>::zeros(d, d);
+                for (cov, w) in covs.iter().zip(&class_weights) {
+                    pooled += cov * faer::Scale(w / total);
+                }
+                add_ridge(&mut pooled, epsilon);
+                let l = density::mvn::cholesky_lower(pooled.as_ref())
+                    .map_err(|_| GenerativeError::SingularPooledCovariance)?;
+                (0..d)
+                    .flat_map(|j| (0..d).map(move |i| (i, j)))
+                    .map(|(i, j)| l[(i, j)])
+                    .collect()
+            }
+            CovarianceStructure::Diagonal => {
+                let mut f = Vec::with_capacity(k * d);
+                for (c, cov) in covs.iter().enumerate() {
+                    for j in 0..d {
+                        let v = cov[(j, j)] + epsilon;
+                        if v <= 0.0 {
+                            return Err(GenerativeError::ZeroVariance {
+                                class: c,
+                                feature: j,
+                            });
+                        }
+                        f.push(v);
+                    }
+                }
+                f
+            }
+            CovarianceStructure::Spherical => {
+                let mut f = Vec::with_capacity(k);
+                for (c, cov) in covs.iter().enumerate() {
+                    let v = (0..d).map(|j| cov[(j, j)]).sum::<f64>() / d as f64 + epsilon;
+                    if v <= 0.0 {
+                        return Err(GenerativeError::ZeroVariance {
+                            class: c,
+                            feature: 0,
+                        });
+                    }
+                    f.push(v);
+                }
+                f
+            }
+            CovarianceStructure::TiedDiagonal => {
+                let mut f = Vec::with_capacity(d);
+                for j in 0..d {
+                    let v = covs
+                        .iter()
+                        .zip(&class_weights)
+                        .map(|(c, w)| c[(j, j)] * w / total)
+                        .sum::<f64>()
+                        + epsilon;
+                    if v <= 0.0 {
+                        return Err(GenerativeError::ZeroVariance {
+                            class: 0,
+                            feature: j,
+                        });
+                    }
+                    f.push(v);
+                }
+                f
+            }
+        };
+        Ok(GaussianClassifier {
+            structure: self.structure,
+            n_features: d,
+            n_classes: k,
+            log_priors,
+            class_weights,
+            means,
+            factors,
+            priors_fixed: matches!(self.priors, Priors::Fixed(_)),
+        })
+    }
+}
+
+impl Checked<GaussianParams> {
+    /// Pass 2 for Ledoit–Wolf: per class, Σ_i r_ik ‖D_k⁻¹(x_i − μ_k)‖⁴ and Σ_i r_ik², where D_k
+    /// holds the class's standard deviations (1 for a constant feature, as scikit-learn's
+    /// StandardScaler). The effective sample size is Kish's (Σ r)² / Σ r², which is N_k for
+    /// one-hot responsibilities.
+    fn ledoit_wolf_alphas(
+        &self,
+        sets: &[WeightedRows<'_>],
+        stats: &[SufficientStats],
+        covs: &[Mat<f64>],
+    ) -> Result<Vec<f64>> {
+        let k = stats.len();
+        let d = stats[0].n_features();
+        let sds: Vec<Vec<f64>> = covs
+            .iter()
+            .map(|c| {
+                (0..d)
+                    .map(|j| {
+                        let s = c[(j, j)].sqrt();
+                        if s > 0.0 { s } else { 1.0 }
+                    })
+                    .collect()
+            })
+            .collect();
+        let partials = map_chunks(sets, |chunk| {
+            let mut out = vec![(0.0, 0.0); k];
+            for (c, o) in out.iter_mut().enumerate() {
+                let (m, sd) = (stats[c].mean(), &sds[c]);
+                for i in 0..chunk.x.nrows() {
+                    let w = chunk.resp[(i, c)];
+                    if w == 0.0 {
+                        continue;
+                    }
+                    let mut q = 0.0;
+                    for j in 0..d {
+                        let z = (chunk.x[(i, j)] - m[j]) / sd[j];
+                        q += z * z;
+                    }
+                    o.0 += w * q * q;
+                    o.1 += w * w;
+                }
+            }
+            Ok(out)
+        })?;
+        let mut sums = vec![(0.0, 0.0); k];
+        for part in &partials {
+            for (s, p) in sums.iter_mut().zip(part) {
+                s.0 += p.0;
+                s.1 += p.1;
+            }
+        }
+        Ok((0..k)
+            .map(|c| {
+                let w = stats[c].weight();
+                let corr = Mat::from_fn(d, d, |i, j| covs[c][(i, j)] / (sds[c][i] * sds[c][j]));
+                let n_eff = w * w / sums[c].1;
+                ledoit_wolf_shrinkage(&corr, sums[c].0 / w, n_eff)
+            })
+            .collect())
+    }
+}
+
+impl GaussianClassifier {
+    /// The covariance structure.
+    pub fn structure(&self) -> CovarianceStructure {
+        self.structure
+    }
+
+    /// Class means as a K × d matrix.
+    pub fn means(&self) -> Mat<f64> {
+        let d = self.n_features;
+        Mat::from_fn(self.n_classes, d, |k, j| self.means[k * d + j])
+    }
+
+    /// ln π_k.
+    pub fn log_priors(&self) -> &[f64] {
+        &self.log_priors
+    }
+
+    /// Total responsibility each class received in training.
+    pub fn class_weights(&self) -> &[f64] {
+        &self.class_weights
+    }
+
+    /// Lower Cholesky factor of class k's covariance (d × d).
+    pub fn cholesky(&self, k: usize) -> Mat<f64> {
+        let d = self.n_features;
+        match self.structure {
+            CovarianceStructure::Full => {
+                MatRef::from_column_major_slice(&self.factors[k * d * d..(k + 1) * d * d], d, d)
+                    .to_owned()
+            }
+            CovarianceStructure::Tied => {
+                MatRef::from_column_major_slice(&self.factors, d, d).to_owned()
+            }
+            CovarianceStructure::Diagonal => Mat::from_fn(d, d, |i, j| {
+                if i == j {
+                    self.factors[k * d + i].sqrt()
+                } else {
+                    0.0
+                }
+            }),
+            CovarianceStructure::Spherical => {
+                Mat::from_fn(
+                    d,
+                    d,
+                    |i, j| if i == j { self.factors[k].sqrt() } else { 0.0 },
+                )
+            }
+            CovarianceStructure::TiedDiagonal => {
+                Mat::from_fn(
+                    d,
+                    d,
+                    |i, j| if i == j { self.factors[i].sqrt() } else { 0.0 },
+                )
+            }
+        }
+    }
+
+    /// Covariance of class k (d × d), reconstructed as L Lᵀ.
+    pub fn covariance(&self, k: usize) -> Mat<f64> {
+        let l = self.cholesky(k);
+        &l * l.transpose()
+    }
+
+    /// The linear discriminant (only for the shared structures, where it exists).
+    pub fn linear_discriminant(&self) -> Option<LinearDiscriminant> {
+        if !matches!(
+            self.structure,
+            CovarianceStructure::Tied | CovarianceStructure::TiedDiagonal
+        ) {
+            return None;
+        }
+        let (d, k) = (self.n_features, self.n_classes);
+        let l = self.cholesky(0);
+        // W = Σ⁻¹ Mᵀ by two triangular solves with L.
+        let mut w = Mat::from_fn(d, k, |j, c| self.means[c * d + j]);
+        solve_lower_triangular_in_place(l.as_ref(), w.as_mut(), Par::Seq);
+        solve_upper_triangular_in_place(l.transpose(), w.as_mut(), Par::Seq);
+        let weights: Vec<f64> = (0..k)
+            .flat_map(|c| (0..d).map(move |j| (c, j)))
+            .map(|(c, j)| w[(j, c)])
+            .collect();
+        let intercepts = (0..k)
+            .map(|c| {
+                let mu = &self.means[c * d..(c + 1) * d];
+                -0.5 * density::numerics::dot(mu, &weights[c * d..(c + 1) * d]) + self.log_priors[c]
+            })
+            .collect();
+        Some(LinearDiscriminant {
+            weights,
+            intercepts,
+            n_features: d,
+        })
+    }
+
+    fn log_det(&self, k: usize) -> f64 {
+        let d = self.n_features;
+        match self.structure {
+            CovarianceStructure::Full => (0..d)
+                .map(|i| 2.0 * self.factors[k * d * d + i * d + i].ln())
+                .sum(),
+            CovarianceStructure::Tied => (0..d).map(|i| 2.0 * self.factors[i * d + i].ln()).sum(),
+            CovarianceStructure::Diagonal => self.factors[k * d..(k + 1) * d]
+                .iter()
+                .map(|v| v.ln())
+                .sum(),
+            CovarianceStructure::Spherical => d as f64 * self.factors[k].ln(),
+            CovarianceStructure::TiedDiagonal => self.factors.iter().map(|v| v.ln()).sum(),
+        }
+    }
+}
+
+impl GenerativeClassifier for GaussianClassifier {
+    fn n_classes(&self) -> usize {
+        self.n_classes
+    }
+
+    fn n_features(&self) -> usize {
+        self.n_features
+    }
+
+    fn n_parameters(&self) -> usize {
+        let (d, k) = (self.n_features, self.n_classes);
+        let cov = match self.structure {
+            CovarianceStructure::Full => k * d * (d + 1) / 2,
+            CovarianceStructure::Tied => d * (d + 1) / 2,
+            CovarianceStructure::Diagonal => k * d,
+            CovarianceStructure::Spherical => k,
+            CovarianceStructure::TiedDiagonal => d,
+        };
+        k * d + cov + if self.priors_fixed { 0 } else { k - 1 }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let (d, k) = (self.n_features, self.n_classes);
+        let want = match self.structure {
+            CovarianceStructure::Full => k * d * d,
+            CovarianceStructure::Tied => d * d,
+            CovarianceStructure::Diagonal => k * d,
+            CovarianceStructure::Spherical => k,
+            CovarianceStructure::TiedDiagonal => d,
+        };
+        let checks = [
+            ("log_priors", k, self.log_priors.len()),
+            ("class_weights", k, self.class_weights.len()),
+            ("means", k * d, self.means.len()),
+            ("covariance factors", want, self.factors.len()),
+        ];
+        for (what, expected, got) in checks {
+            if expected != got {
+                return Err(GenerativeError::DimensionMismatch {
+                    what,
+                    expected,
+                    got,
+                });
+            }
+        }
+        if k < 2 {
+            return Err(GenerativeError::TooFewClasses { n_classes: k });
+        }
+        if self
+            .means
+            .iter()
+            .chain(&self.factors)
+            .chain(&self.log_priors)
+            .any(|v| !v.is_finite())
+        {
+            return Err(GenerativeError::InvalidParameter {
+                name: "model",
+                rule: "finite",
+                value: "a non-finite parameter".into(),
+            });
+        }
+        let positive = match self.structure {
+            CovarianceStructure::Full => {
+                (0..k).all(|c| (0..d).all(|i| self.factors[c * d * d + i * d + i] > 0.0))
+            }
+            CovarianceStructure::Tied => (0..d).all(|i| self.factors[i * d + i] > 0.0),
+            _ => self.factors.iter().all(|v| *v > 0.0),
+        };
+        if !positive {
+            return Err(GenerativeError::InvalidParameter {
+                name: "covariance",
+                rule: "positive definite",
+                value: "a non-positive pivot or variance".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        let (d, k, b) = (self.n_features, self.n_classes, x.nrows());
+        let log_norm: Vec<f64> = (0..k)
+            .map(|c| -0.5 * (d as f64 * LN_2PI + self.log_det(c)) + self.log_priors[c])
+            .collect();
+        match self.structure {
+            CovarianceStructure::Full => {
+                let mut z = Mat::<f64>::zeros(d, b);
+                for c in 0..k {
+                    let mu = &self.means[c * d..(c + 1) * d];
+                    for i in 0..b {
+                        for j in 0..d {
+                            z[(j, i)] = x[(i, j)] - mu[j];
+                        }
+                    }
+                    let l = MatRef::from_column_major_slice(
+                        &self.factors[c * d * d..(c + 1) * d * d],
+                        d,
+                        d,
+                    );
+                    solve_lower_triangular_in_place(l, z.as_mut(), Par::Seq);
+                    for i in 0..b {
+                        out[(i, c)] = log_norm[c] - 0.5 * z.col(i).squared_norm_l2();
+                    }
+                }
+            }
+            CovarianceStructure::Tied => {
+                // Whiten once: z_i = L⁻¹ x_i and m_k = L⁻¹ μ_k, then ‖z_i − m_k‖² per class.
+                let l = MatRef::from_column_major_slice(&self.factors, d, d);
+                let mut z = Mat::from_fn(d, b, |j, i| x[(i, j)]);
+                solve_lower_triangular_in_place(l, z.as_mut(), Par::Seq);
+                let mut m = Mat::from_fn(d, k, |j, c| self.means[c * d + j]);
+                solve_lower_triangular_in_place(l, m.as_mut(), Par::Seq);
+                for c in 0..k {
+                    let mc = m.col_as_slice(c);
+                    for i in 0..b {
+                        let zi = z.col_as_slice(i);
+                        let q: f64 = zi.iter().zip(mc).map(|(a, b)| (a - b) * (a - b)).sum();
+                        out[(i, c)] = log_norm[c] - 0.5 * q;
+                    }
+                }
+            }
+            CovarianceStructure::Diagonal
+            | CovarianceStructure::TiedDiagonal
+            | CovarianceStructure::Spherical => {
+                let mut inv_var = vec![0.0; d];
+                for c in 0..k {
+                    for (j, iv) in inv_var.iter_mut().enumerate() {
+                        *iv = 1.0
+                            / match self.structure {
+                                CovarianceStructure::Diagonal => self.factors[c * d + j],
+                                CovarianceStructure::TiedDiagonal => self.factors[j],
+                                _ => self.factors[c],
+                            };
+                    }
+                    let mu = &self.means[c * d..(c + 1) * d];
+                    for i in 0..b {
+                        let mut q = 0.0;
+                        for j in 0..d {
+                            let t = x[(i, j)] - mu[j];
+                            q += t * t * inv_var[j];
+                        }
+                        out[(i, c)] = log_norm[c] - 0.5 * q;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,678 @@
+//! Naive Bayes for discrete features (seed 003): Bernoulli (word presence), multinomial (word
+//! counts) and categorical. Parameters are smoothed counts (Lidstone, α):
+//!
+//! ```text
+//! Bernoulli:    p_kj   = (Σ_i r_ik b_ij + α) / (N_k + 2α),         b = [x > binarize]
+//! Multinomial:  θ_kj   = (Σ_i r_ik x_ij + α) / (Σ_j' Σ_i r_ik x_ij' + α d)
+//! Categorical:  θ_kjc  = (Σ_i r_ik [x_ij = c] + α) / (N_k + α m_j)
+//! ```
+//!
+//! with the definitions of scikit-learn's BernoulliNB, MultinomialNB and CategoricalNB (the
+//! multinomial coefficient, constant in the class, is left out of the joint log-likelihood as
+//! scikit-learn does). The smoothed estimates are MAP estimates under a Dirichlet(α + 1) prior;
+//! `log_prior_penalty` returns that prior's log density (up to a constant) so that EM on these
+//! models has an objective that never decreases.
+
+use faer::linalg::matmul::matmul;
+use faer::{Accum, Mat, MatMut, MatRef, Par};
+
+use crate::model::{Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows};
+use crate::parallel::{check_chunk, check_sets, map_chunks};
+use crate::{GenerativeError, Result};
+
+fn check_alpha(alpha: f64) -> Result<()> {
+    if !alpha.is_finite() || alpha < 0.0 {
+        return Err(GenerativeError::InvalidParameter {
+            name: "alpha",
+            rule: ">= 0",
+            value: alpha.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Per-class total weights and weighted feature sums Rᵀ X, merged by addition.
+#[derive(Debug, Clone)]
+struct CountStats {
+    class_weights: Vec<f64>,
+    /// K × d
+    counts: Mat<f64>,
+}
+
+impl CountStats {
+    fn zeros(k: usize, d: usize) -> Self {
+        Self {
+            class_weights: vec![0.0; k],
+            counts: Mat::zeros(k, d),
+        }
+    }
+    fn add_chunk(&mut self, x: MatRef<'_, f64>, resp: MatRef<'_, f64>) {
+        for c in 0..resp.ncols() {
+            self.class_weights[c] += (0..resp.nrows()).map(|i| resp[(i, c)]).sum::<f64>();
+        }
+        matmul(
+            &mut self.counts,
+            Accum::Add,
+            resp.transpose(),
+            x,
+            1.0,
+            Par::Seq,
+        );
+    }
+    fn merge(&mut self, other: &Self) {
+        for (a, b) in self.class_weights.iter_mut().zip(&other.class_weights) {
+            *a += b;
+        }
+        self.counts += &other.counts;
+    }
+    /// Runs `prepare` (e.g. binarising) on each chunk, then accumulates in chunk order.
+    fn collect<F>(sets: &[WeightedRows<'_>], k: usize, d: usize, prepare: F) -> Result<Self>
+    where
+        F: Fn(MatRef<'_, f64>, usize) -> Result<Option<Mat<f64>>> + Sync,
+    {
+        let parts = map_chunks(sets, |chunk| {
+            check_chunk(&chunk)?;
+            let mut st = CountStats::zeros(k, d);
+            match prepare(chunk.x, chunk.first_row)? {
+                Some(xb) => st.add_chunk(xb.as_ref(), chunk.resp),
+                None => st.add_chunk(chunk.x, chunk.resp),
+            }
+            Ok(st)
+        })?;
+        let mut total = CountStats::zeros(k, d);
+        for p in &parts {
+            total.merge(p);
+        }
+        if let Some(c) = total.class_weights.iter().position(|w| *w <= 0.0) {
+            return Err(GenerativeError::EmptyClass { class: c });
+        }
+        Ok(total)
+    }
+}
+
+fn check_lengths(what: &'static str, expected: usize, got: usize) -> Result<()> {
+    if expected != got {
+        return Err(GenerativeError::DimensionMismatch {
+            what,
+            expected,
+            got,
+        });
+    }
+    Ok(())
+}
+
+fn check_all_finite(values: &[f64]) -> Result<()> {
+    if values.iter().any(|v| !v.is_finite()) {
+        return Err(GenerativeError::InvalidParameter {
+            name: "model",
+            rule: "finite",
+            value: "a non-finite parameter".into(),
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bernoulli
+
+/// Hyper-parameters of Bernoulli naive Bayes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BernoulliNbParams {
+    /// Lidstone pseudo-count (default 1, Laplace).
+    pub alpha: f64,
+    /// Features are `x > binarize` (default 0, as scikit-learn); `None` requires x in {0, 1}.
+    pub binarize: Option<f64>,
+    /// Class priors (default estimated).
+    pub priors: Priors,
+}
+
+impl Default for BernoulliNbParams {
+    fn default() -> Self {
+        Self {
+            alpha: 1.0,
+            binarize: Some(0.0),
+            priors: Priors::Estimated,
+        }
+    }
+}
+
+impl HyperParams for BernoulliNbParams {
+    fn check_params(&self) -> Result<()> {
+        check_alpha(self.alpha)?;
+        if let Some(t) = self.binarize
+            && !t.is_finite()
+        {
+            return Err(GenerativeError::InvalidParameter {
+                name: "binarize",
+                rule: "finite",
+                value: t.to_string(),
+            });
+        }
+        self.priors.check()
+    }
+}
+
+/// Binarises a chunk (or checks it is binary when `threshold` is `None`).
+fn binarize_chunk(
+    x: MatRef<'_, f64>,
+    threshold: Option<f64>,
+    first_row: usize,
+) -> Result<Mat<f64>> {
+    let mut out = Mat::zeros(x.nrows(), x.ncols());
+    for j in 0..x.ncols() {
+        for i in 0..x.nrows() {
+            let v = x[(i, j)];
+            out[(i, j)] = match threshold {
+                Some(t) => f64::from(u8::from(v > t)),
+                None if v == 0.0 || v == 1.0 => v,
+                None => {
+                    return Err(GenerativeError::InvalidInput {
+                        row: first_row + i,
+                        col: j,
+                        value: v,
+                        rule: "must be 0 or 1 when binarize is off",
+                    });
+                }
+            };
+        }
+    }
+    Ok(out)
+}
+
+/// Fitted Bernoulli naive Bayes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BernoulliNaiveBayes {
+    n_features: usize,
+    n_classes: usize,
+    alpha: f64,
+    binarize: Option<f64>,
+    log_priors: Vec<f64>,
+    class_weights: Vec<f64>,
+    /// ln p_kj, K × d row-major.
+    log_p: Vec<f64>,
+    /// ln (1 − p_kj), K × d row-major.
+    log_1mp: Vec<f64>,
+    priors_fixed: bool,
+}
+
+impl WeightedFit for Checked<BernoulliNbParams> {
+    type Model = BernoulliNaiveBayes;
+    fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<BernoulliNaiveBayes> {
+        let (d, k) = check_sets(sets)?;
+        let st = CountStats::collect(sets, k, d, |x, r0| {
+            binarize_chunk(x, self.binarize, r0).map(Some)
+        })?;
+        let a = self.alpha;
+        let mut log_p = Vec::with_capacity(k * d);
+        let mut log_1mp = Vec::with_capacity(k * d);
+        for c in 0..k {
+            let denom = (st.class_weights[c] + 2.0 * a).ln();
+            for j in 0..d {
+                let n1 = st.counts[(c, j)] + a;
+                let n0 = st.class_weights[c] - st.counts[(c, j)] + a;
+                // ln(n0) rather than ln(1 − p): exact even when p is close to 1.
+                log_p.push(n1.ln() - denom);
+                log_1mp.push(n0.max(0.0).ln() - denom);
+            }
+        }
+        Ok(BernoulliNaiveBayes {
+            n_features: d,
+            n_classes: k,
+            alpha: a,
+            binarize: self.binarize,
+            log_priors: self.priors.log_priors(&st.class_weights)?,
+            class_weights: st.class_weights,
+            log_p,
+            log_1mp,
+            priors_fixed: matches!(self.priors, Priors::Fixed(_)),
+        })
+    }
+}
+
+impl BernoulliNaiveBayes {
+    /// ln p_kj as a K × d matrix.
+    pub fn feature_log_prob(&self) -> Mat<f64> {
+        Mat::from_fn(self.n_classes, self.n_features, |c, j| {
+            self.log_p[c * self.n_features + j]
+        })
+    }
+    /// ln π_k.
+    pub fn log_priors(&self) -> &[f64] {
+        &self.log_priors
+    }
+}
+
+impl GenerativeClassifier for BernoulliNaiveBayes {
+    fn n_classes(&self) -> usize {
+        self.n_classes
+    }
+    fn n_features(&self) -> usize {
+        self.n_features
+    }
+    fn n_parameters(&self) -> usize {
+        self.n_classes * self.n_features
+            + if self.priors_fixed {
+                0
+            } else {
+                self.n_classes - 1
+            }
+    }
+    fn validate(&self) -> Result<()> {
+        let kd = self.n_classes * self.n_features;
+        check_lengths("log_priors", self.n_classes, self.log_priors.len())?;
+        check_lengths("feature probabilities", kd, self.log_p.len())?;
+        check_lengths("feature probabilities", kd, self.log_1mp.len())?;
+        check_all_finite(&self.log_priors)?;
+        check_all_finite(&self.log_p)?;
+        if self.n_classes < 2 {
+            return Err(GenerativeError::TooFewClasses {
+                n_classes: self.n_classes,
+            });
+        }
+        Ok(())
+    }
+    fn check_input(&self, x: MatRef<'_, f64>) -> Result<()> {
+        crate::parallel::check_finite_rows(x, 0)?;
+        if self.binarize.is_none() {
+            binarize_chunk(x, None, 0)?;
+        }
+        Ok(())
+    }
+    fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        let (d, k) = (self.n_features, self.n_classes);
+        // Input was checked by `check_input`, so binarising cannot fail here.
+        let xb = binarize_chunk(x, self.binarize.or(Some(0.5)), 0)
+            .unwrap_or_else(|_| Mat::zeros(x.nrows(), d));
+        // jll = B (ln p − ln(1−p))ᵀ + (ln π + Σ_j ln(1−p))
+        let delta = Mat::from_fn(d, k, |j, c| self.log_p[c * d + j] - self.log_1mp[c * d + j]);
+        matmul(
+            &mut out,
+            Accum::Replace,
+            xb.as_ref(),
+            delta.as_ref(),
+            1.0,
+            Par::Seq,
+        );
+        for c in 0..k {
+            let bias = self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>();
+            for i in 0..x.nrows() {
+                out[(i, c)] += bias;
+            }
+        }
+    }
+    fn log_prior_penalty(&self) -> f64 {
+        self.alpha * self.log_p.iter().chain(&self.log_1mp).sum::<f64>()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Multinomial
+
+/// Hyper-parameters of multinomial naive Bayes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MultinomialNbParams {
+    /// Lidstone pseudo-count (default 1).
+    pub alpha: f64,
+    /// Class priors (default estimated).
+    pub priors: Priors,
+}
+
+impl Default for MultinomialNbParams {
+    fn default() -> Self {
+        Self {
+            alpha: 1.0,
+            priors: Priors::Estimated,
+        }
+    }
+}
+
+impl HyperParams for MultinomialNbParams {
+    fn check_params(&self) -> Result<()> {
+        check_alpha(self.alpha)?;
+        self.priors.check()
+    }
+}
+
+fn check_non_negative(x: MatRef<'_, f64>, first_row: usize) -> Result<()> {
+    crate::parallel::check_finite_rows(x, first_row)?;
+    for i in 0..x.nrows() {
+        for j in 0..x.ncols() {
+            if x[(i, j)] < 0.0 {
+                return Err(GenerativeError::InvalidInput {
+                    row: first_row + i,
+                    col: j,
+                    value: x[(i, j)],
+                    rule: "counts must be >= 0",
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fitted multinomial naive Bayes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MultinomialNaiveBayes {
+    n_features: usize,
+    n_classes: usize,
+    alpha: f64,
+    log_priors: Vec<f64>,
+    class_weights: Vec<f64>,
+    /// ln θ_kj, K × d row-major.
+    log_theta: Vec<f64>,
+    priors_fixed: bool,
+}
+
+impl WeightedFit for Checked<MultinomialNbParams> {
+    type Model = MultinomialNaiveBayes;
+    fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<MultinomialNaiveBayes> {
+        let (d, k) = check_sets(sets)?;
+        let st = CountStats::collect(sets, k, d, |x, r0| check_non_negative(x, r0).map(|_| None))?;
+        let a = self.alpha;
+        let mut log_theta = Vec::with_capacity(k * d);
+        for c in 0..k {
+            let total: f64 = (0..d).map(|j| st.counts[(c, j)] + a).sum();
+            if total <= 0.0 {
+                return Err(GenerativeError::EmptyClass { class: c });
+            }
+            for j in 0..d {
+                log_theta.push((st.counts[(c, j)] + a).ln() - total.ln());
+            }
+        }
+        Ok(MultinomialNaiveBayes {
+            n_features: d,
+            n_classes: k,
+            alpha: a,
+            log_priors: self.priors.log_priors(&st.class_weights)?,
+            class_weights: st.class_weights,
+            log_theta,
+            priors_fixed: matches!(self.priors, Priors::Fixed(_)),
+        })
+    }
+}
+
+impl MultinomialNaiveBayes {
+    /// ln θ_kj as a K × d matrix.
+    pub fn feature_log_prob(&self) -> Mat<f64> {
+        Mat::from_fn(self.n_classes, self.n_features, |c, j| {
+            self.log_theta[c * self.n_features + j]
+        })
+    }
+}
+
+impl GenerativeClassifier for MultinomialNaiveBayes {
+    fn n_classes(&self) -> usize {
+        self.n_classes
+    }
+    fn n_features(&self) -> usize {
+        self.n_features
+    }
+    fn n_parameters(&self) -> usize {
+        self.n_classes * (self.n_features - 1)
+            + if self.priors_fixed {
+                0
+            } else {
+                self.n_classes - 1
+            }
+    }
+    fn validate(&self) -> Result<()> {
+        check_lengths("log_priors", self.n_classes, self.log_priors.len())?;
+        check_lengths(
+            "feature probabilities",
+            self.n_classes * self.n_features,
+            self.log_theta.len(),
+        )?;
+        check_all_finite(&self.log_priors)?;
+        check_all_finite(&self.log_theta)?;
+        if self.n_classes < 2 {
+            return Err(GenerativeError::TooFewClasses {
+                n_classes: self.n_classes,
+            });
+        }
+        Ok(())
+    }
+    fn check_input(&self, x: MatRef<'_, f64>) -> Result<()> {
+        check_non_negative(x, 0)
+    }
+    fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        let (d, k) = (self.n_features, self.n_classes);
+        let theta = MatRef::from_row_major_slice(&self.log_theta, k, d);
+        matmul(
+            &mut out,
+            Accum::Replace,
+            x,
+            theta.transpose(),
+            1.0,
+            Par::Seq,
+        );
+        for c in 0..k {
+            for i in 0..x.nrows() {
+                out[(i, c)] += self.log_priors[c];
+            }
+        }
+    }
+    fn log_prior_penalty(&self) -> f64 {
+        self.alpha * self.log_theta.iter().sum::<f64>()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Categorical
+
+/// Hyper-parameters of categorical naive Bayes. Features are category indices 0, 1, 2, …; the
+/// number of categories of feature j is one more than the largest index seen in training.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CategoricalNbParams {
+    /// Lidstone pseudo-count (default 1).
+    pub alpha: f64,
+    /// Class priors (default estimated).
+    pub priors: Priors,
+}
+
+impl Default for CategoricalNbParams {
+    fn default() -> Self {
+        Self {
+            alpha: 1.0,
+            priors: Priors::Estimated,
+        }
+    }
+}
+
+impl HyperParams for CategoricalNbParams {
+    fn check_params(&self) -> Result<()> {
+        check_alpha(self.alpha)?;
+        self.priors.check()
+    }
+}
+
+fn check_categories(
+    x: MatRef<'_, f64>,
+    first_row: usize,
+    n_categories: Option<&[usize]>,
+) -> Result<()> {
+    crate::parallel::check_finite_rows(x, first_row)?;
+    for i in 0..x.nrows() {
+        for j in 0..x.ncols() {
+            let v = x[(i, j)];
+            if v < 0.0 || v.fract() != 0.0 {
+                return Err(GenerativeError::InvalidInput {
+                    row: first_row + i,
+                    col: j,
+                    value: v,
+                    rule: "categories must be integers >= 0",
+                });
+            }
+            if let Some(m) = n_categories
+                && v as usize >= m[j]
+            {
+                return Err(GenerativeError::InvalidInput {
+                    row: first_row + i,
+                    col: j,
+                    value: v,
+                    rule: "category not seen in training",
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fitted categorical naive Bayes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CategoricalNaiveBayes {
+    n_features: usize,
+    n_classes: usize,
+    alpha: f64,
+    n_categories: Vec<usize>,
+    log_priors: Vec<f64>,
+    class_weights: Vec<f64>,
+    /// For feature j: ln θ_kjc at offsets[j] + k * m_j + c.
+    log_theta: Vec<f64>,
+    offsets: Vec<usize>,
+    priors_fixed: bool,
+}
+
+impl WeightedFit for Checked<CategoricalNbParams> {
+    type Model = CategoricalNaiveBayes;
+    fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<CategoricalNaiveBayes> {
+        let (d, k) = check_sets(sets)?;
+        // Pass 1: check and find the number of categories per feature.
+        let maxima = map_chunks(sets, |chunk| {
+            check_chunk(&chunk)?;
+            check_categories(chunk.x, chunk.first_row, None)?;
+            Ok((0..d)
+                .map(|j| {
+                    (0..chunk.x.nrows())
+                        .map(|i| chunk.x[(i, j)] as usize)
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect::<Vec<_>>())
+        })?;
+        let n_categories: Vec<usize> = (0..d)
+            .map(|j| maxima.iter().map(|m| m[j]).max().unwrap_or(0) + 1)
+            .collect();
+        let mut offsets = Vec::with_capacity(d);
+        let mut size = 0;
+        for m in &n_categories {
+            offsets.push(size);
+            size += k * m;
+        }
+        // Pass 2: weighted counts per (feature, class, category), merged in chunk order.
+        let parts = map_chunks(sets, |chunk| {
+            let mut counts = vec![0.0; size];
+            let mut weights = vec![0.0; k];
+            for i in 0..chunk.x.nrows() {
+                for c in 0..k {
+                    let w = chunk.resp[(i, c)];
+                    weights[c] += w;
+                    for j in 0..d {
+                        counts[offsets[j] + c * n_categories[j] + chunk.x[(i, j)] as usize] += w;
+                    }
+                }
+            }
+            Ok((weights, counts))
+        })?;
+        let mut counts = vec![0.0; size];
+        let mut class_weights = vec![0.0; k];
+        for (w, c) in &parts {
+            class_weights.iter_mut().zip(w).for_each(|(a, b)| *a += b);
+            counts.iter_mut().zip(c).for_each(|(a, b)| *a += b);
+        }
+        if let Some(c) = class_weights.iter().position(|w| *w <= 0.0) {
+            return Err(GenerativeError::EmptyClass { class: c });
+        }
+        let a = self.alpha;
+        let mut log_theta = vec![0.0; size];
+        for j in 0..d {
+            let m = n_categories[j];
+            for c in 0..k {
+                let denom = (class_weights[c] + a * m as f64).ln();
+                for cat in 0..m {
+                    let idx = offsets[j] + c * m + cat;
+                    log_theta[idx] = (counts[idx] + a).ln() - denom;
+                }
+            }
+        }
+        Ok(CategoricalNaiveBayes {
+            n_features: d,
+            n_classes: k,
+            alpha: a,
+            n_categories,
+            log_priors: self.priors.log_priors(&class_weights)?,
+            class_weights,
+            log_theta,
+            offsets,
+            priors_fixed: matches!(self.priors, Priors::Fixed(_)),
+        })
+    }
+}
+
+impl CategoricalNaiveBayes {
+    /// Number of categories of each feature.
+    pub fn n_categories(&self) -> &[usize] {
+        &self.n_categories
+    }
+}
+
+impl GenerativeClassifier for CategoricalNaiveBayes {
+    fn n_classes(&self) -> usize {
+        self.n_classes
+    }
+    fn n_features(&self) -> usize {
+        self.n_features
+    }
+    fn n_parameters(&self) -> usize {
+        self.n_categories
+            .iter()
+            .map(|m| self.n_classes * (m - 1))
+            .sum::<usize>()
+            + if self.priors_fixed {
+                0
+            } else {
+                self.n_classes - 1
+            }
+    }
+    fn validate(&self) -> Result<()> {
+        check_lengths("log_priors", self.n_classes, self.log_priors.len())?;
+        check_lengths(
+            "categories per feature",
+            self.n_features,
+            self.n_categories.len(),
+        )?;
+        check_lengths("category offsets", self.n_features, self.offsets.len())?;
+        let size: usize = self.n_categories.iter().map(|m| m * self.n_classes).sum();
+        check_lengths("category probabilities", size, self.log_theta.len())?;
+        let mut off = 0;
+        for (o, m) in self.offsets.iter().zip(&self.n_categories) {
+            check_lengths("category offsets", off, *o)?;
+            off += m * self.n_classes;
+        }
+        check_all_finite(&self.log_priors)?;
+        check_all_finite(&self.log_theta)?;
+        if self.n_classes < 2 {
+            return Err(GenerativeError::TooFewClasses {
+                n_classes: self.n_classes,
+            });
+        }
+        Ok(())
+    }
+    fn check_input(&self, x: MatRef<'_, f64>) -> Result<()> {
+        check_categories(x, 0, Some(&self.n_categories))
+    }
+    fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        for c in 0..self.n_classes {
+            for i in 0..x.nrows() {
+                let mut acc = self.log_priors[c];
+                for j in 0..self.n_features {
+                    let m = self.n_categories[j];
+                    acc += self.log_theta[self.offsets[j] + c * m + x[(i, j)] as usize];
+                }
+                out[(i, c)] = acc;
+            }
+        }
+    }
+    fn log_prior_penalty(&self) -> f64 {
+        self.alpha * self.log_theta.iter().sum::<f64>()
+    }
+}

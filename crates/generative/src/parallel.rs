@@ -1,0 +1,143 @@
+//! Fixed-chunk parallelism and input checks shared by all models.
+//!
+//! Determinism is an invariant of the workspace: chunk boundaries depend only on the data size
+//! (never on the thread count), every chunk is processed sequentially, and partial results are
+//! combined in chunk order. The same input therefore gives bit-identical output on 1 or N
+//! threads.
+
+use faer::MatRef;
+use rayon::prelude::*;
+
+use crate::model::WeightedRows;
+use crate::{GenerativeError, Result};
+
+/// Rows per chunk for fitting and prediction.
+pub const CHUNK_ROWS: usize = 4096;
+
+/// A chunk handed to a worker: which set it comes from, its first row, and its rows.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk<'a> {
+    pub set: usize,
+    pub first_row: usize,
+    pub x: MatRef<'a, f64>,
+    pub resp: MatRef<'a, f64>,
+}
+
+/// Checks shapes shared by all sets (same d, same K, resp rows = x rows, at least one row) and
+/// returns (d, K).
+pub fn check_sets(sets: &[WeightedRows<'_>]) -> Result<(usize, usize)> {
+    let first = sets.first().ok_or(GenerativeError::Empty { what: "x" })?;
+    let (d, k) = (first.x.ncols(), first.resp.ncols());
+    for s in sets {
+        if s.x.ncols() != d {
+            return Err(GenerativeError::DimensionMismatch {
+                what: "features of a row set",
+                expected: d,
+                got: s.x.ncols(),
+            });
+        }
+        if s.resp.ncols() != k {
+            return Err(GenerativeError::DimensionMismatch {
+                what: "classes (columns) of responsibilities",
+                expected: k,
+                got: s.resp.ncols(),
+            });
+        }
+        if s.resp.nrows() != s.x.nrows() {
+            return Err(GenerativeError::DimensionMismatch {
+                what: "rows of responsibilities vs rows of x",
+                expected: s.x.nrows(),
+                got: s.resp.nrows(),
+            });
+        }
+    }
+    if sets.iter().all(|s| s.x.nrows() == 0) {
+        return Err(GenerativeError::Empty { what: "x" });
+    }
+    if d == 0 {
+        return Err(GenerativeError::Empty {
+            what: "feature list",
+        });
+    }
+    if k < 2 {
+        return Err(GenerativeError::TooFewClasses { n_classes: k });
+    }
+    Ok((d, k))
+}
+
+/// Runs `f` on every fixed chunk of every set in parallel and returns the results in set and
+/// chunk order. The first error in that order is returned, so messages are deterministic too.
+pub fn map_chunks<T, F>(sets: &[WeightedRows<'_>], f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Chunk<'_>) -> Result<T> + Sync,
+{
+    let jobs: Vec<(usize, usize)> = sets
+        .iter()
+        .enumerate()
+        .flat_map(|(s, set)| {
+            (0..set.x.nrows().div_ceil(CHUNK_ROWS)).map(move |c| (s, c * CHUNK_ROWS))
+        })
+        .collect();
+    let results: Vec<Result<T>> = jobs
+        .par_iter()
+        .map(|&(s, r0)| {
+            let set = &sets[s];
+            let b = CHUNK_ROWS.min(set.x.nrows() - r0);
+            f(Chunk {
+                set: s,
+                first_row: r0,
+                x: set.x.subrows(r0, b),
+                resp: set.resp.subrows(r0, b),
+            })
+        })
+        .collect();
+    results.into_iter().collect()
+}
+
+/// Checks that a chunk's features are finite and its responsibilities finite and ≥ 0.
+pub fn check_chunk(chunk: &Chunk<'_>) -> Result<()> {
+    check_finite_rows(chunk.x, chunk.first_row)?;
+    let r = chunk.resp;
+    for k in 0..r.ncols() {
+        for i in 0..r.nrows() {
+            let v = r[(i, k)];
+            if !v.is_finite() || v < 0.0 {
+                return Err(GenerativeError::InvalidResponsibility {
+                    row: chunk.first_row + i,
+                    class: k,
+                    value: v,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Errors on the first (row-major order) non-finite value; `first_row` offsets reported rows.
+pub fn check_finite_rows(x: MatRef<'_, f64>, first_row: usize) -> Result<()> {
+    let mut bad: Option<(usize, usize, f64)> = None;
+    for j in 0..x.ncols() {
+        for i in 0..x.nrows() {
+            let v = x[(i, j)];
+            if !v.is_finite() && bad.is_none_or(|(bi, bj, _)| (i, j) < (bi, bj)) {
+                bad = Some((i, j, v));
+                break;
+            }
+        }
+    }
+    match bad {
+        Some((row, col, value)) => Err(GenerativeError::NonFiniteInput {
+            row: first_row + row,
+            col,
+            value,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Copies column `k` of a chunk's responsibilities into `buf` (layout-agnostic weights).
+pub fn resp_column(resp: MatRef<'_, f64>, k: usize, buf: &mut Vec<f64>) {
+    buf.clear();
+    buf.extend((0..resp.nrows()).map(|i| resp[(i, k)]));
+}

@@ -1,0 +1,579 @@
+//! Closed-form references, properties (fractional responsibilities = duplicated data,
+//! determinism across thread counts, exact serde round trips) and typed errors.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{load, max_abs_diff};
+use density::numerics::softmax_in_place;
+use faer::Mat;
+use generative::*;
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+
+fn gaussian_data(n: usize, d: usize, k: usize, seed: u64) -> (Mat<f64>, Vec<usize>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let y: Vec<usize> = (0..n).map(|i| i % k).collect();
+    let x = Mat::from_fn(n, d, |i, j| {
+        let z: f64 = StandardNormal.sample(&mut rng);
+        z * (1.0 + j as f64 * 0.3) + y[i] as f64 * (j as f64 + 1.0) * 0.7
+    });
+    (x, y)
+}
+
+fn structures() -> [CovarianceStructure; 5] {
+    use CovarianceStructure::*;
+    [Full, Tied, Diagonal, Spherical, TiedDiagonal]
+}
+
+#[test]
+fn qda_parameters_equal_sample_means_and_covariances() {
+    let (x, y, _) = load("iris");
+    let m = GaussianParams::with_structure(CovarianceStructure::Full)
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+    let means = m.means();
+    for k in 0..3 {
+        let rows: Vec<usize> = (0..x.nrows()).filter(|i| y[*i] == k).collect();
+        let n = rows.len() as f64;
+        for a in 0..4 {
+            let mu_a = rows.iter().map(|i| x[(*i, a)]).sum::<f64>() / n;
+            assert!((means[(k, a)] - mu_a).abs() < 1e-12);
+            for b in 0..4 {
+                let mu_b = rows.iter().map(|i| x[(*i, b)]).sum::<f64>() / n;
+                let s = rows
+                    .iter()
+                    .map(|i| (x[(*i, a)] - mu_a) * (x[(*i, b)] - mu_b))
+                    .sum::<f64>()
+                    / n;
+                assert!((m.covariance(k)[(a, b)] - s).abs() < 1e-12);
+            }
+        }
+        assert!((m.log_priors()[k] - (n / 150.0).ln()).abs() < 1e-15);
+    }
+}
+
+#[test]
+fn log_joint_matches_direct_gaussian_formula() {
+    let (x, y) = gaussian_data(300, 3, 3, 1);
+    for s in structures() {
+        let m = GaussianParams::with_structure(s)
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, 3)
+            .unwrap();
+        let lj = m.log_joint(x.as_ref()).unwrap();
+        for k in 0..3 {
+            let mvn = density::MultivariateNormal::full(
+                (0..3).map(|j| m.means()[(k, j)]).collect(),
+                m.covariance(k).as_ref(),
+            )
+            .unwrap();
+            let want = mvn.log_pdf_rows(x.as_ref()).unwrap();
+            for i in 0..x.nrows() {
+                let w = want[i] + m.log_priors()[k];
+                assert!((lj[(i, k)] - w).abs() < 1e-10 * (1.0 + w.abs()), "{s:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn lda_discriminant_softmax_equals_predict_proba() {
+    let (x, y) = gaussian_data(500, 4, 3, 2);
+    let m = GaussianParams::default()
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+    let disc = m.linear_discriminant().unwrap();
+    let p = m.predict_proba(x.as_ref()).unwrap();
+    for i in 0..x.nrows() {
+        let row: Vec<f64> = (0..4).map(|j| x[(i, j)]).collect();
+        let mut s = disc.scores(&row);
+        softmax_in_place(&mut s);
+        for k in 0..3 {
+            assert!((s[k] - p[(i, k)]).abs() < 1e-12);
+        }
+    }
+    // Binary: sigmoid form.
+    let y2: Vec<usize> = y.iter().map(|v| usize::from(*v > 0)).collect();
+    let m2 = GaussianParams::default()
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y2, 2)
+        .unwrap();
+    let (w, w0) = m2.linear_discriminant().unwrap().binary().unwrap();
+    let p2 = m2.predict_proba(x.as_ref()).unwrap();
+    for i in 0..x.nrows() {
+        let a = w0 + (0..4).map(|j| w[j] * x[(i, j)]).sum::<f64>();
+        assert!((density::numerics::sigmoid(a) - p2[(i, 1)]).abs() < 1e-12);
+    }
+    assert!(
+        GaussianParams::with_structure(CovarianceStructure::Full)
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, 3)
+            .unwrap()
+            .linear_discriminant()
+            .is_none()
+    );
+}
+
+type FitAndScore = Box<dyn Fn(&Mat<f64>, &Mat<f64>) -> Mat<f64>>;
+
+fn models_for_counts() -> Vec<(&'static str, FitAndScore)> {
+    fn lj<M: GenerativeClassifier>(m: M, x: &Mat<f64>) -> Mat<f64> {
+        m.log_joint(x.as_ref()).unwrap()
+    }
+    let mut v: Vec<(&'static str, FitAndScore)> = Vec::new();
+    for s in structures() {
+        v.push((
+            "gaussian",
+            Box::new(move |x, r| {
+                lj(
+                    GaussianParams {
+                        structure: s,
+                        reg: 1e-6,
+                        ..Default::default()
+                    }
+                    .check()
+                    .unwrap()
+                    .fit_weighted(x.as_ref(), r.as_ref())
+                    .unwrap(),
+                    x,
+                )
+            }),
+        ));
+    }
+    v.push((
+        "bernoulli",
+        Box::new(|x, r| {
+            lj(
+                BernoulliNbParams::default()
+                    .check()
+                    .unwrap()
+                    .fit_weighted(x.as_ref(), r.as_ref())
+                    .unwrap(),
+                x,
+            )
+        }),
+    ));
+    v.push((
+        "multinomial",
+        Box::new(|x, r| {
+            let xa = Mat::from_fn(x.nrows(), x.ncols(), |i, j| x[(i, j)].abs().round());
+            let m = MultinomialNbParams::default()
+                .check()
+                .unwrap()
+                .fit_weighted(xa.as_ref(), r.as_ref())
+                .unwrap();
+            m.log_joint(xa.as_ref()).unwrap()
+        }),
+    ));
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Integer weights w_i on row i give the same model as row i repeated w_i times.
+    #[test]
+    fn fractional_responsibilities_equal_duplicated_data(seed in 0u64..1000, weights in prop::collection::vec(0u32..4, 40)) {
+        let (x, y) = gaussian_data(40, 3, 2, seed);
+        // Responsibilities split each row between classes in thirds, scaled by its weight.
+        let resp = Mat::from_fn(40, 2, |i, k| {
+            let own = if y[i] == k { 2.0 / 3.0 } else { 1.0 / 3.0 };
+            own * weights[i] as f64
+        });
+        let mut rows = Vec::new();
+        for i in 0..40 {
+            for _ in 0..weights[i] {
+                rows.push(i);
+            }
+        }
+        prop_assume!(rows.len() > 12);
+        let xd = Mat::from_fn(rows.len(), 3, |r, j| x[(rows[r], j)]);
+        let rd = Mat::from_fn(rows.len(), 2, |r, k| if y[rows[r]] == k { 2.0 / 3.0 } else { 1.0 / 3.0 });
+        for (name, f) in models_for_counts() {
+            let a = f(&x, &resp);
+            let b = f(&xd, &rd);
+            // Compare on the original rows: duplicated-data rows map back to them.
+            let b_orig = Mat::from_fn(40, 2, |i, k| {
+                rows.iter().position(|r| *r == i).map_or(a[(i, k)], |p| b[(p, k)])
+            });
+            let diff = max_abs_diff(a.as_ref(), b_orig.as_ref());
+            prop_assert!(diff < 1e-8, "{} differs by {}", name, diff);
+        }
+    }
+}
+
+#[test]
+fn fits_and_predictions_are_bit_identical_on_one_and_two_threads() {
+    let (x, y) = gaussian_data(30_000, 5, 3, 3);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let mut out = Vec::new();
+            for s in structures() {
+                let p = GaussianParams {
+                    structure: s,
+                    shrinkage: if s == CovarianceStructure::Full {
+                        Some(Shrinkage::LedoitWolf)
+                    } else {
+                        None
+                    },
+                    ..Default::default()
+                };
+                let m = p.check().unwrap().fit(x.as_ref(), &y, 3).unwrap();
+                out.push(serde_json::to_string(&m).unwrap());
+                let lj = m.log_joint(x.as_ref()).unwrap();
+                out.push(format!(
+                    "{:?}",
+                    (0..x.nrows())
+                        .map(|i| lj[(i, 0)].to_bits())
+                        .collect::<Vec<_>>()
+                ));
+            }
+            let xb = Mat::from_fn(x.nrows(), 5, |i, j| x[(i, j)].abs().floor());
+            let m = MultinomialNbParams::default()
+                .check()
+                .unwrap()
+                .fit(xb.as_ref(), &y, 3)
+                .unwrap();
+            out.push(serde_json::to_string(&m).unwrap());
+            out
+        })
+    };
+    assert_eq!(run(1), run(2));
+}
+
+#[test]
+fn serde_round_trips_exactly() {
+    let (x, y, _) = load("wine");
+    let check = |json: String, lj: Mat<f64>, back: &dyn Fn(&str) -> Mat<f64>| {
+        let again = back(&json);
+        assert_eq!(max_abs_diff(lj.as_ref(), again.as_ref()), 0.0);
+    };
+    for s in structures() {
+        let m = GaussianParams {
+            structure: s,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+        let json = serde_json::to_string(&m).unwrap();
+        let back: GaussianClassifier = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m);
+        back.validate().unwrap();
+        check(json, m.log_joint(x.as_ref()).unwrap(), &|j| {
+            serde_json::from_str::<GaussianClassifier>(j)
+                .unwrap()
+                .log_joint(x.as_ref())
+                .unwrap()
+        });
+    }
+    let b = BernoulliNbParams {
+        binarize: Some(2.0),
+        ..Default::default()
+    }
+    .check()
+    .unwrap()
+    .fit(x.as_ref(), &y, 3)
+    .unwrap();
+    let back: BernoulliNaiveBayes =
+        serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+    assert_eq!(back, b);
+    let kinds = vec![FeatureKind::Gaussian; 13];
+    let mx = MixedNbParams::new(kinds)
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+    let back: MixedNaiveBayes = serde_json::from_str(&serde_json::to_string(&mx).unwrap()).unwrap();
+    assert_eq!(back, mx);
+}
+
+#[test]
+fn damaged_models_fail_validation() {
+    let (x, y, _) = load("iris");
+    let m = GaussianParams::default()
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+    let mut v: serde_json::Value = serde_json::to_value(&m).unwrap();
+    v["means"].as_array_mut().unwrap().pop();
+    let bad: GaussianClassifier = serde_json::from_value(v).unwrap();
+    assert!(matches!(
+        bad.validate(),
+        Err(GenerativeError::DimensionMismatch { what: "means", .. })
+    ));
+}
+
+#[test]
+fn mixed_naive_bayes_with_all_gaussian_features_equals_gaussian_nb() {
+    let (x, y, _) = load("iris");
+    let gnb = GaussianParams::with_structure(CovarianceStructure::Diagonal)
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+    let mixed = MixedNbParams::new(vec![FeatureKind::Gaussian; 4])
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+    let d = max_abs_diff(
+        gnb.predict_proba(x.as_ref()).unwrap().as_ref(),
+        mixed.predict_proba(x.as_ref()).unwrap().as_ref(),
+    );
+    assert!(d < 1e-6, "{d}");
+}
+
+#[test]
+fn mixed_naive_bayes_uses_each_family() {
+    // Column 0 Gaussian, 1 Poisson, 2 Bernoulli, 3 categorical, 4 exponential.
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let n = 4000;
+    let y: Vec<usize> = (0..n).map(|i| i % 2).collect();
+    let x = Mat::from_fn(n, 5, |i, j| {
+        let c = y[i] as f64;
+        match j {
+            0 => rand_distr::Normal::new(c * 2.0, 1.0)
+                .unwrap()
+                .sample(&mut rng),
+            1 => rand_distr::Poisson::new(2.0 + 3.0 * c)
+                .unwrap()
+                .sample(&mut rng),
+            2 => f64::from(u8::from(
+                rand_distr::Bernoulli::new(0.2 + 0.6 * c)
+                    .unwrap()
+                    .sample(&mut rng),
+            )),
+            3 => {
+                (rand_distr::Uniform::new(0.0, 3.0).unwrap().sample(&mut rng) as u32 + y[i] as u32)
+                    as f64
+            }
+            _ => rand_distr::Exp::new(1.0 + c).unwrap().sample(&mut rng),
+        }
+    });
+    use FeatureKind::*;
+    let m = MixedNbParams::new(vec![Gaussian, Poisson, Bernoulli, Categorical, Exponential])
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 2)
+        .unwrap();
+    match m.cell(1, 1) {
+        generative::mixed::FeatureDensity::Poisson(p) => assert!((p.rate() - 5.0).abs() < 0.15),
+        other => panic!("{other:?}"),
+    }
+    match m.cell(0, 4) {
+        generative::mixed::FeatureDensity::Exponential(e) => assert!((e.rate() - 1.0).abs() < 0.06),
+        other => panic!("{other:?}"),
+    }
+    let pred = m.predict(x.as_ref()).unwrap();
+    let acc = pred.iter().zip(&y).filter(|(a, b)| a == b).count() as f64 / n as f64;
+    assert!(acc > 0.85, "accuracy {acc}");
+    let bad = Mat::from_fn(1, 5, |_, j| if j == 2 { 0.5 } else { 1.0 });
+    assert!(matches!(
+        m.predict(bad.as_ref()),
+        Err(GenerativeError::InvalidInput { row: 0, col: 2, .. })
+    ));
+}
+
+#[test]
+fn edge_cases_are_typed_errors() {
+    let (x, y) = gaussian_data(20, 3, 2, 4);
+    let qda = GaussianParams::with_structure(CovarianceStructure::Full)
+        .check()
+        .unwrap();
+    // Class 1 with only 3 points in 3 dimensions.
+    let mut y_few = vec![0; 20];
+    for i in [1, 5, 9] {
+        y_few[i] = 1;
+    }
+    let e = qda.fit(x.as_ref(), &y_few, 2).unwrap_err();
+    assert!(matches!(
+        e,
+        GenerativeError::SingularCovariance { class: 1, .. }
+    ));
+    assert!(e.to_string().contains("reg"), "{e}");
+    // With ridge it fits.
+    GaussianParams {
+        structure: CovarianceStructure::Full,
+        reg: 1e-3,
+        ..Default::default()
+    }
+    .check()
+    .unwrap()
+    .fit(x.as_ref(), &y_few, 2)
+    .unwrap();
+    // Duplicated rows: all rows identical.
+    let dup = Mat::from_fn(20, 3, |_, j| j as f64);
+    assert!(matches!(
+        GaussianParams::default()
+            .check()
+            .unwrap()
+            .fit(dup.as_ref(), &y, 2),
+        Err(GenerativeError::SingularPooledCovariance)
+    ));
+    // Zero-variance feature without smoothing.
+    let zv = Mat::from_fn(20, 3, |i, j| if j == 1 { 5.0 } else { x[(i, j)] });
+    let gnb0 = GaussianParams {
+        structure: CovarianceStructure::Diagonal,
+        var_smoothing: 0.0,
+        ..Default::default()
+    };
+    assert!(matches!(
+        gnb0.check().unwrap().fit(zv.as_ref(), &y, 2),
+        Err(GenerativeError::ZeroVariance { feature: 1, .. })
+    ));
+    // ...but the default var_smoothing handles it.
+    GaussianParams::with_structure(CovarianceStructure::Diagonal)
+        .check()
+        .unwrap()
+        .fit(zv.as_ref(), &y, 2)
+        .unwrap();
+    // One class only / K = 1 / empty.
+    assert!(matches!(
+        qda.fit(x.as_ref(), &[0; 20], 2),
+        Err(GenerativeError::EmptyClass { class: 1 })
+    ));
+    assert!(matches!(
+        qda.fit(x.as_ref(), &[0; 20], 1),
+        Err(GenerativeError::TooFewClasses { n_classes: 1 })
+    ));
+    let empty = Mat::<f64>::zeros(0, 3);
+    assert!(matches!(
+        qda.fit(empty.as_ref(), &[], 2),
+        Err(GenerativeError::Empty { .. })
+    ));
+    // NaN / inf in X.
+    let mut xn = x.clone();
+    xn[(7, 2)] = f64::NAN;
+    assert!(matches!(
+        qda.fit(xn.as_ref(), &y, 2),
+        Err(GenerativeError::NonFiniteInput { row: 7, col: 2, .. })
+    ));
+    let m = GaussianParams::default()
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 2)
+        .unwrap();
+    xn[(7, 2)] = f64::INFINITY;
+    assert!(matches!(
+        m.predict(xn.as_ref()),
+        Err(GenerativeError::NonFiniteInput { row: 7, col: 2, .. })
+    ));
+    // Negative or mismatched responsibilities.
+    let mut r = one_hot(&y, 2).unwrap();
+    r[(3, 0)] = -0.5;
+    assert!(matches!(
+        qda.fit_weighted(x.as_ref(), r.as_ref()),
+        Err(GenerativeError::InvalidResponsibility {
+            row: 3,
+            class: 0,
+            ..
+        })
+    ));
+    let r = Mat::<f64>::zeros(19, 2);
+    assert!(matches!(
+        qda.fit_weighted(x.as_ref(), r.as_ref()),
+        Err(GenerativeError::DimensionMismatch { .. })
+    ));
+    // Wrong number of columns at predict.
+    assert!(matches!(
+        m.predict(Mat::<f64>::zeros(2, 4).as_ref()),
+        Err(GenerativeError::DimensionMismatch { .. })
+    ));
+    // Invalid hyper-parameters name the parameter.
+    let e = GaussianParams {
+        reg: -0.001,
+        ..Default::default()
+    }
+    .check()
+    .unwrap_err();
+    assert_eq!(e.to_string(), "`reg` must be >= 0, got -0.001");
+    assert!(
+        BernoulliNbParams {
+            alpha: -1.0,
+            ..Default::default()
+        }
+        .check()
+        .is_err()
+    );
+    assert!(
+        GaussianParams {
+            priors: Priors::Fixed(vec![0.5, 0.6]),
+            ..Default::default()
+        }
+        .check()
+        .is_err()
+    );
+    // Negative counts for multinomial NB.
+    let neg = Mat::from_fn(4, 2, |i, j| if i == 2 && j == 1 { -1.0 } else { 1.0 });
+    let e = MultinomialNbParams::default()
+        .check()
+        .unwrap()
+        .fit(neg.as_ref(), &[0, 1, 0, 1], 2)
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        GenerativeError::InvalidInput { row: 2, col: 1, .. }
+    ));
+}
+
+#[test]
+fn predictions_are_never_nan_far_from_the_data() {
+    let (x, y) = gaussian_data(200, 2, 2, 5);
+    let far = Mat::from_fn(3, 2, |i, j| {
+        [1e150, -1e150, 1e-300][i] * if j == 0 { 1.0 } else { -1.0 }
+    });
+    for s in structures() {
+        let m = GaussianParams {
+            structure: s,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 2)
+        .unwrap();
+        let p = m.predict_proba(far.as_ref()).unwrap();
+        for i in 0..3 {
+            assert!(p[(i, 0)].is_finite() && p[(i, 1)].is_finite());
+            assert!((p[(i, 0)] + p[(i, 1)] - 1.0).abs() < 1e-12);
+        }
+        assert!(m.log_likelihood(far.as_ref()).unwrap().is_finite());
+    }
+}
+
+#[test]
+fn fixed_priors_are_used() {
+    let (x, y) = gaussian_data(200, 2, 2, 6);
+    let m = GaussianParams {
+        priors: Priors::Fixed(vec![0.9, 0.1]),
+        ..Default::default()
+    }
+    .check()
+    .unwrap()
+    .fit(x.as_ref(), &y, 2)
+    .unwrap();
+    assert!((m.log_priors()[0] - 0.9f64.ln()).abs() < 1e-15);
+    let e = GaussianParams {
+        priors: Priors::Fixed(vec![0.2, 0.3, 0.5]),
+        ..Default::default()
+    }
+    .check()
+    .unwrap()
+    .fit(x.as_ref(), &y, 2);
+    assert!(matches!(e, Err(GenerativeError::DimensionMismatch { .. })));
+}
