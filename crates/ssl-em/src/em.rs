@@ -1,0 +1,496 @@
+//! The EM loop, generic over any `WeightedFit`.
+//!
+//! Each iteration evaluates the objective at the current θ while computing the E-step, so the
+//! trace records L(θ_t) for every parameter set actually produced, and the final posteriors
+//! belong to the final model. The M-step is one `fit_sets` call over the labeled and unlabeled
+//! rows as two sets: nothing is copied or concatenated.
+
+use std::ops::Range;
+
+use faer::{Mat, MatMut, MatRef};
+use rayon::prelude::*;
+
+use density::numerics::log_sum_exp;
+use generative::parallel::CHUNK_ROWS;
+use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
+
+use crate::diagnostic::diagnose;
+use crate::mixture::ComponentMixture;
+use crate::params::{Components, EmMode, EmParams, Lambda};
+use crate::report::{EmReport, IterationRecord};
+use crate::{EmError, Result};
+
+/// Semi-supervised EM: a model's validated hyper-parameters plus checked EM options.
+#[derive(Debug, Clone)]
+pub struct SemiSupervisedEm<S> {
+    spec: S,
+    params: EmParams,
+}
+
+/// The fitted model (classes made of components) and the report of how it was trained.
+#[derive(Debug, Clone)]
+pub struct EmFit<M> {
+    pub model: ComponentMixture<M>,
+    pub report: EmReport,
+}
+
+/// The outcome of one EM run at a fixed λ and fixed components.
+pub(crate) struct Run<M> {
+    pub model: ComponentMixture<M>,
+    pub trace: Vec<IterationRecord>,
+    pub iterations: usize,
+    pub converged: bool,
+    pub warnings: Vec<String>,
+    /// Labeled + λ·unlabeled log-likelihood at the final θ (no smoothing prior).
+    pub log_lik: f64,
+    /// Class-level posteriors of the unlabeled rows at the final θ (n_u × K).
+    pub unlabeled_posteriors: Mat<f64>,
+}
+
+/// Inputs shared by every run: labeled rows, their classes, unlabeled rows.
+#[derive(Clone, Copy)]
+pub(crate) struct Data<'a> {
+    pub x_l: MatRef<'a, f64>,
+    pub y_l: &'a [usize],
+    pub n_classes: usize,
+    pub x_u: MatRef<'a, f64>,
+}
+
+impl<S: WeightedFit> SemiSupervisedEm<S> {
+    /// Checks the EM options once.
+    pub fn new(spec: S, params: EmParams) -> Result<Self> {
+        params.check()?;
+        Ok(Self { spec, params })
+    }
+
+    /// The EM options.
+    pub fn params(&self) -> &EmParams {
+        &self.params
+    }
+
+    /// Fits from labeled rows `x_l` with classes `y_l` in `0..n_classes` and unlabeled rows `x_u`.
+    pub fn fit(
+        &self,
+        x_l: MatRef<'_, f64>,
+        y_l: &[usize],
+        n_classes: usize,
+        x_u: MatRef<'_, f64>,
+    ) -> Result<EmFit<S::Model>> {
+        self.fit_with_observer(x_l, y_l, n_classes, x_u, &mut |_| {})
+    }
+
+    /// As [`fit`](Self::fit), calling `observer` after every E-step of the final fit.
+    pub fn fit_with_observer(
+        &self,
+        x_l: MatRef<'_, f64>,
+        y_l: &[usize],
+        n_classes: usize,
+        x_u: MatRef<'_, f64>,
+        observer: &mut dyn FnMut(&IterationRecord),
+    ) -> Result<EmFit<S::Model>> {
+        let data = Data {
+            x_l,
+            y_l,
+            n_classes,
+            x_u,
+        };
+        check_data(&data)?;
+        let p = &self.params;
+        let uniform = |m: usize| vec![m; n_classes];
+        let mut components = match &p.components {
+            Components::Uniform(m) => uniform(*m),
+            Components::PerClass(v) => {
+                if v.len() != n_classes {
+                    return Err(EmError::DimensionMismatch {
+                        what: "components per class vs classes",
+                        expected: n_classes,
+                        got: v.len(),
+                    });
+                }
+                v.clone()
+            }
+            Components::Bic { .. } => uniform(1),
+        };
+        let supervised_only = x_u.nrows() == 0;
+        let (lambda, lambda_curve) = match &p.lambda {
+            Lambda::Fixed(l) => (*l, None),
+            Lambda::Auto(_) if supervised_only => (0.0, None),
+            Lambda::Auto(cv) => {
+                let (l, curve) = crate::cv::choose_lambda(self, &data, cv, &components)?;
+                (l, Some(curve))
+            }
+        };
+        let mut bic = None;
+        if let Components::Bic { max } = p.components {
+            let mut scores = Vec::new();
+            let n_eff = x_l.nrows() as f64 + lambda * x_u.nrows() as f64;
+            for m in 1..=max {
+                match self.run(&data, lambda, &uniform(m), &mut |_| {}) {
+                    Ok(run) => {
+                        let k = run.model.n_parameters() as f64;
+                        scores.push((m, -2.0 * run.log_lik + k * n_eff.ln()));
+                    }
+                    Err(_) if m > 1 => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            let best = scores
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map_or(1, |s| s.0);
+            components = uniform(best);
+            bic = Some(scores);
+        }
+        let run = self.run(&data, lambda, &components, observer)?;
+        let diagnostic = if supervised_only {
+            None
+        } else {
+            let sup = self.spec.fit(x_l, y_l, n_classes)?;
+            Some(diagnose(
+                &data,
+                lambda,
+                &sup,
+                &run.model,
+                run.unlabeled_posteriors.as_ref(),
+            )?)
+        };
+        let objective = run.trace.last().map_or(f64::NAN, |t| t.objective);
+        Ok(EmFit {
+            report: EmReport {
+                lambda,
+                mode: p.mode,
+                iterations: run.iterations,
+                converged: run.converged,
+                supervised_only,
+                n_labeled: x_l.nrows(),
+                n_unlabeled: x_u.nrows(),
+                objective,
+                trace: run.trace,
+                lambda_curve,
+                components_per_class: components,
+                bic,
+                diagnostic,
+                warnings: run.warnings,
+            },
+            model: run.model,
+        })
+    }
+
+    /// One EM run at a fixed λ and fixed components per class.
+    pub(crate) fn run(
+        &self,
+        data: &Data<'_>,
+        lambda: f64,
+        components: &[usize],
+        observer: &mut dyn FnMut(&IterationRecord),
+    ) -> Result<Run<S::Model>> {
+        let Data {
+            x_l,
+            y_l,
+            n_classes,
+            x_u,
+        } = *data;
+        let component_class: Vec<usize> = components
+            .iter()
+            .enumerate()
+            .flat_map(|(k, m)| std::iter::repeat_n(k, *m))
+            .collect();
+        let kc = component_class.len();
+        let mut offsets = vec![0; n_classes + 1];
+        for k in 0..n_classes {
+            offsets[k + 1] = offsets[k] + components[k];
+        }
+        let class_range = |k: usize| offsets[k]..offsets[k + 1];
+        let mut resp_l = Mat::<f64>::zeros(x_l.nrows(), kc);
+        let mut resp_u = Mat::<f64>::zeros(x_u.nrows(), kc);
+
+        // Initial θ: the labeled-only fit, split into components by k-means where m_k > 1.
+        let mut model =
+            self.initial_model(data, lambda, components, &offsets, &mut resp_l, &mut resp_u)?;
+        let mut trace = Vec::new();
+        let mut warnings = Vec::new();
+        let mut converged = false;
+        let mut iterations = 0;
+        let mut previous: Option<f64> = None;
+        let mut previous_assign: Option<Vec<usize>> = None;
+        let hard = self.params.mode == EmMode::Hard;
+        let (log_lik, posteriors) = loop {
+            // E-step at the current θ, which also evaluates L(θ).
+            let lj_l = model.components().log_joint(x_l)?;
+            let lj_u = model.components().log_joint(x_u)?;
+            let labeled = estep(
+                lj_l.as_ref(),
+                resp_l.as_mut(),
+                |i| class_range(y_l[i]),
+                1.0,
+                false,
+            );
+            let unlabeled = estep(lj_u.as_ref(), resp_u.as_mut(), |_| 0..kc, lambda, hard);
+            let objective = labeled + lambda * unlabeled + model.log_prior_penalty();
+            let mut shares = vec![0.0; n_classes];
+            for c in 0..kc {
+                let s: f64 = (0..x_l.nrows()).map(|i| resp_l[(i, c)]).sum::<f64>()
+                    + (0..x_u.nrows()).map(|i| resp_u[(i, c)]).sum::<f64>();
+                shares[component_class[c]] += s;
+            }
+            let total: f64 = shares.iter().sum();
+            shares.iter_mut().for_each(|s| *s /= total);
+            let record = IterationRecord {
+                iteration: iterations,
+                objective,
+                labeled,
+                unlabeled,
+                class_weights: shares,
+            };
+            observer(&record);
+            trace.push(record);
+            let assign = hard.then(|| generative::model::argmax_rows(lj_u.as_ref()));
+            let stalled = match previous {
+                Some(prev) => {
+                    (objective - prev).abs() <= self.params.tol * objective.abs()
+                        || (hard && assign == previous_assign)
+                }
+                None => false,
+            };
+            if stalled || iterations == self.params.max_iter {
+                converged = stalled;
+                break (
+                    labeled + lambda * unlabeled,
+                    class_posteriors(lj_u.as_ref(), &component_class, n_classes),
+                );
+            }
+            previous = Some(objective);
+            previous_assign = assign;
+            // M-step: one weighted closed-form fit over both sets.
+            let sets = [
+                WeightedRows {
+                    x: x_l,
+                    resp: resp_l.as_ref(),
+                },
+                WeightedRows {
+                    x: x_u,
+                    resp: resp_u.as_ref(),
+                },
+            ];
+            match self.spec.fit_sets(&sets) {
+                Ok(next) => {
+                    model = ComponentMixture::new(next, component_class.clone(), n_classes)?;
+                    iterations += 1;
+                }
+                Err(e) => {
+                    warnings.push(format!(
+                        "EM stopped after {iterations} iterations: the M-step failed ({e}); a component collapsed. Returning the last valid parameters; increase the regularisation or use fewer components"
+                    ));
+                    break (
+                        labeled + lambda * unlabeled,
+                        class_posteriors(lj_u.as_ref(), &component_class, n_classes),
+                    );
+                }
+            }
+        };
+        Ok(Run {
+            model,
+            trace,
+            iterations,
+            converged,
+            warnings,
+            log_lik,
+            unlabeled_posteriors: posteriors,
+        })
+    }
+
+    fn initial_model(
+        &self,
+        data: &Data<'_>,
+        lambda: f64,
+        components: &[usize],
+        offsets: &[usize],
+        resp_l: &mut Mat<f64>,
+        resp_u: &mut Mat<f64>,
+    ) -> Result<ComponentMixture<S::Model>> {
+        let Data {
+            x_l,
+            y_l,
+            n_classes,
+            x_u,
+        } = *data;
+        let sup = self.spec.fit(x_l, y_l, n_classes)?;
+        let component_class: Vec<usize> = components
+            .iter()
+            .enumerate()
+            .flat_map(|(k, m)| std::iter::repeat_n(k, *m))
+            .collect();
+        if components.iter().all(|m| *m == 1) {
+            return Ok(ComponentMixture::new(sup, component_class, n_classes)?);
+        }
+        // Component centres from each class's labeled rows (plus the unlabeled rows the
+        // labeled-only fit gives the class, if it has fewer labeled rows than components).
+        let use_unlabeled = lambda > 0.0 && x_u.nrows() > 0;
+        let predicted = if use_unlabeled {
+            sup.predict(x_u)?
+        } else {
+            Vec::new()
+        };
+        let mut centres: Vec<(usize, Vec<f64>)> = Vec::new();
+        for k in 0..n_classes {
+            let mut rows: Vec<(usize, usize)> = (0..x_l.nrows())
+                .filter(|i| y_l[*i] == k)
+                .map(|i| (0, i))
+                .collect();
+            if rows.len() < 2 * components[k] {
+                rows.extend(
+                    predicted
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| **p == k)
+                        .map(|(j, _)| (1, j)),
+                );
+            }
+            let (assign, class_centres) = crate::init::kmeans(
+                &[x_l, x_u],
+                &rows,
+                components[k],
+                self.params.seed.wrapping_add(k as u64),
+            );
+            for (&(set, i), a) in rows.iter().zip(&assign) {
+                if set == 0 {
+                    resp_l[(i, offsets[k] + a)] = 1.0;
+                }
+            }
+            centres.extend(
+                class_centres
+                    .into_iter()
+                    .enumerate()
+                    .map(|(a, c)| (offsets[k] + a, c)),
+            );
+        }
+        if use_unlabeled {
+            let d = x_u.ncols();
+            for i in 0..x_u.nrows() {
+                let dist = |c: &[f64]| (0..d).map(|j| (x_u[(i, j)] - c[j]).powi(2)).sum::<f64>();
+                let best = centres
+                    .iter()
+                    .min_by(|a, b| dist(&a.1).total_cmp(&dist(&b.1)))
+                    .map_or(0, |c| c.0);
+                resp_u[(i, best)] = lambda;
+            }
+        }
+        let sets = [
+            WeightedRows {
+                x: x_l,
+                resp: resp_l.as_ref(),
+            },
+            WeightedRows {
+                x: x_u,
+                resp: resp_u.as_ref(),
+            },
+        ];
+        Ok(ComponentMixture::new(
+            self.spec.fit_sets(&sets)?,
+            component_class,
+            n_classes,
+        )?)
+    }
+}
+
+fn check_data(data: &Data<'_>) -> Result<()> {
+    if data.x_l.nrows() == 0 {
+        return Err(EmError::NoLabeledRows);
+    }
+    if data.y_l.len() != data.x_l.nrows() {
+        return Err(EmError::DimensionMismatch {
+            what: "labels vs labeled rows",
+            expected: data.x_l.nrows(),
+            got: data.y_l.len(),
+        });
+    }
+    if data.x_u.nrows() > 0 && data.x_u.ncols() != data.x_l.ncols() {
+        return Err(EmError::DimensionMismatch {
+            what: "features of unlabeled vs labeled rows",
+            expected: data.x_l.ncols(),
+            got: data.x_u.ncols(),
+        });
+    }
+    if let Some(&y) = data.y_l.iter().find(|y| **y >= data.n_classes) {
+        return Err(EmError::InvalidParameter {
+            name: "labels",
+            rule: "in 0..n_classes",
+            value: y.to_string(),
+        });
+    }
+    for k in 0..data.n_classes {
+        if !data.y_l.contains(&k) {
+            return Err(EmError::ClassWithoutLabels { class: k });
+        }
+    }
+    Ok(())
+}
+
+/// E-step over rows in parallel fixed chunks: for row i, responsibilities over the components in
+/// `allowed(i)` are `scale · p(c | x_i)` (soft) or `scale` on the most probable one (hard), zero
+/// elsewhere. Returns Σ_i ln Σ_{c ∈ allowed(i)} p(x_i, c) (soft) or Σ_i max_c ln p(x_i, c)
+/// (hard), summed in chunk order.
+fn estep<F>(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, allowed: F, scale: f64, hard: bool) -> f64
+where
+    F: Fn(usize) -> Range<usize> + Sync,
+{
+    let parts: Vec<f64> = resp
+        .par_row_chunks_mut(CHUNK_ROWS)
+        .enumerate()
+        .map(|(chunk, mut r)| {
+            let r0 = chunk * CHUNK_ROWS;
+            let mut acc = 0.0;
+            let mut buf = Vec::new();
+            for i in 0..r.nrows() {
+                let range = allowed(r0 + i);
+                for c in 0..r.ncols() {
+                    r[(i, c)] = 0.0;
+                }
+                buf.clear();
+                buf.extend(range.clone().map(|c| lj[(r0 + i, c)]));
+                if hard {
+                    let (best, max) =
+                        buf.iter()
+                            .enumerate()
+                            .fold(
+                                (0, f64::NEG_INFINITY),
+                                |b, (c, v)| if *v > b.1 { (c, *v) } else { b },
+                            );
+                    acc += max.max(-f64::MAX);
+                    r[(i, range.start + best)] = scale;
+                } else {
+                    let lse = log_sum_exp(&buf);
+                    acc += lse.max(-f64::MAX);
+                    if lse.is_finite() {
+                        for (c, v) in range.clone().zip(&buf) {
+                            r[(i, c)] = scale * (v - lse).exp();
+                        }
+                    } else {
+                        let n = range.len() as f64;
+                        for c in range {
+                            r[(i, c)] = scale / n;
+                        }
+                    }
+                }
+            }
+            acc
+        })
+        .collect();
+    parts.iter().sum()
+}
+
+/// Class-level posteriors from component-level log joints.
+fn class_posteriors(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
+    let mut out = Mat::<f64>::zeros(lj.nrows(), n_classes);
+    let mut row = vec![0.0; lj.ncols()];
+    for i in 0..lj.nrows() {
+        for c in 0..lj.ncols() {
+            row[c] = lj[(i, c)];
+        }
+        density::numerics::softmax_in_place(&mut row);
+        for (c, p) in row.iter().enumerate() {
+            out[(i, component_class[c])] += p;
+        }
+    }
+    out
+}

@@ -1,0 +1,475 @@
+//! Properties and scenario checks of semi-supervised EM.
+
+#![allow(clippy::unwrap_used)]
+
+use faer::Mat;
+use generative::*;
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_distr::{Distribution, StandardNormal};
+use ssl_em::scenarios::*;
+use ssl_em::*;
+
+fn qda() -> Checked<GaussianParams> {
+    GaussianParams::with_structure(CovarianceStructure::Full)
+        .check()
+        .unwrap()
+}
+
+fn fit_qda(s: &Scenario, params: EmParams) -> EmFit<GaussianClassifier> {
+    SemiSupervisedEm::new(qda(), params)
+        .unwrap()
+        .fit(
+            s.x_labeled.as_ref(),
+            &s.y_labeled,
+            s.n_classes,
+            s.x_unlabeled.as_ref(),
+        )
+        .unwrap()
+}
+
+fn auto() -> EmParams {
+    EmParams {
+        lambda: Lambda::Auto(CvOptions::default()),
+        ..Default::default()
+    }
+}
+
+fn random_problem(
+    seed: u64,
+    n_lab: usize,
+    n_unl: usize,
+    k: usize,
+) -> (Mat<f64>, Vec<usize>, Mat<f64>) {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut draw = |n: usize| {
+        let y: Vec<usize> = (0..n).map(|i| i % k).collect();
+        let x = Mat::from_fn(n, 2, |i, j| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            z + (y[i] as f64) * if j == 0 { 1.5 } else { -0.8 }
+        });
+        (x, y)
+    };
+    let (xl, yl) = draw(n_lab);
+    let (xu, _) = draw(n_unl);
+    (xl, yl, xu)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Soft EM never decreases L(θ) = Σ_L ln p(x, y) + λ Σ_U ln p(x) (+ the smoothing prior).
+    #[test]
+    fn soft_em_never_decreases_the_objective(seed in 0u64..10_000, lambda in 0.05f64..1.0, k in 2usize..4, structure in 0usize..5) {
+        let (xl, yl, xu) = random_problem(seed, 8 * k, 300, k);
+        use CovarianceStructure::*;
+        let s = [Full, Tied, Diagonal, Spherical, TiedDiagonal][structure];
+        let spec = GaussianParams { structure: s, var_smoothing: 0.0, ..Default::default() }.check().unwrap();
+        let params = EmParams { lambda: Lambda::Fixed(lambda), max_iter: 60, tol: 0.0, ..Default::default() };
+        let fit = SemiSupervisedEm::new(spec, params).unwrap().fit(xl.as_ref(), &yl, k, xu.as_ref()).unwrap();
+        for w in fit.report.trace.windows(2) {
+            let (a, b) = (w[0].objective, w[1].objective);
+            prop_assert!(b >= a - 1e-9 * a.abs(), "{:?}: {} -> {}", s, a, b);
+        }
+        // Multinomial naive Bayes on non-negative counts, with its Dirichlet smoothing prior.
+        let xl2 = Mat::from_fn(xl.nrows(), 2, |i, j| (xl[(i, j)] + 4.0).max(0.0).round());
+        let xu2 = Mat::from_fn(xu.nrows(), 2, |i, j| (xu[(i, j)] + 4.0).max(0.0).round());
+        let params = EmParams { lambda: Lambda::Fixed(lambda), max_iter: 60, tol: 0.0, ..Default::default() };
+        let fit = SemiSupervisedEm::new(MultinomialNbParams::default().check().unwrap(), params).unwrap().fit(xl2.as_ref(), &yl, k, xu2.as_ref()).unwrap();
+        for w in fit.report.trace.windows(2) {
+            prop_assert!(w[1].objective >= w[0].objective - 1e-9 * w[0].objective.abs());
+        }
+    }
+}
+
+#[test]
+fn semi_supervised_qda_beats_labeled_only_on_seed_000_across_seeds() {
+    let mut gains = Vec::new();
+    for seed in 0..8 {
+        let s = seed000(seed, 10);
+        let sup = qda().fit(s.x_labeled.as_ref(), &s.y_labeled, 2).unwrap();
+        let a_sup = accuracy(
+            &sup.predict(s.x_unlabeled.as_ref()).unwrap(),
+            &s.y_unlabeled,
+        );
+        let fit = fit_qda(&s, EmParams::default());
+        let a_ssl = accuracy(
+            &fit.model.predict(s.x_unlabeled.as_ref()).unwrap(),
+            &s.y_unlabeled,
+        );
+        assert!(
+            fit.report.converged,
+            "seed {seed} did not converge in {} iterations",
+            fit.report.iterations
+        );
+        assert!(
+            a_ssl > a_sup - 0.02,
+            "seed {seed}: semi-supervised {a_ssl} much worse than {a_sup}"
+        );
+        assert_eq!(
+            fit.report.diagnostic.as_ref().unwrap().verdict,
+            Verdict::Ok,
+            "seed {seed}"
+        );
+        gains.push(a_ssl - a_sup);
+    }
+    let mean_gain = gains.iter().sum::<f64>() / gains.len() as f64;
+    let wins = gains.iter().filter(|g| **g > 0.0).count();
+    assert!(mean_gain > 0.025 && wins >= 6, "gains {gains:?}");
+}
+
+#[test]
+fn wrong_model_for_unlabeled_data_is_caught() {
+    for seed in 0..4 {
+        let s = shifted_unlabeled(seed, 10, 1000);
+        let sup = qda().fit(s.x_labeled.as_ref(), &s.y_labeled, 2).unwrap();
+        let a_sup = accuracy(&sup.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+        let plain = fit_qda(&s, EmParams::default());
+        let a_plain = accuracy(&plain.model.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+        assert!(
+            a_plain < a_sup - 0.1,
+            "seed {seed}: λ = 1 should hurt ({a_plain} vs {a_sup})"
+        );
+        let d = plain.report.diagnostic.as_ref().unwrap();
+        assert_eq!(d.verdict, Verdict::Dominated, "seed {seed}: {d:?}");
+        assert!(d.suggestion.as_ref().unwrap().contains("lower lambda"));
+        let chosen = fit_qda(&s, auto());
+        assert!(
+            chosen.report.lambda <= 0.03,
+            "seed {seed}: auto λ = {}",
+            chosen.report.lambda
+        );
+        let curve = chosen.report.lambda_curve.as_ref().unwrap();
+        assert_eq!(curve.len(), 6);
+        let loss = |l: f64| {
+            curve
+                .iter()
+                .find(|c| c.lambda == l)
+                .unwrap()
+                .log_loss
+                .unwrap()
+        };
+        assert!(loss(1.0) > loss(chosen.report.lambda));
+        let a_auto = accuracy(&chosen.model.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+        assert!(
+            a_auto > a_plain + 0.1,
+            "seed {seed}: auto {a_auto} vs λ=1 {a_plain}"
+        );
+    }
+}
+
+#[test]
+fn two_components_per_class_beat_one_on_data_that_has_them() {
+    for seed in 0..4 {
+        let s = two_clusters_per_class(seed, 10, 1000);
+        let one = fit_qda(&s, EmParams::default());
+        let two = fit_qda(
+            &s,
+            EmParams {
+                components: Components::Uniform(2),
+                ..Default::default()
+            },
+        );
+        let a1 = accuracy(&one.model.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+        let a2 = accuracy(&two.model.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+        assert!(a2 > 0.9 && a2 > a1 + 0.2, "seed {seed}: two {a2}, one {a1}");
+        assert_eq!(two.report.components_per_class, vec![2, 2]);
+        let bic = fit_qda(
+            &s,
+            EmParams {
+                components: Components::Bic { max: 3 },
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            bic.report.components_per_class,
+            vec![2, 2],
+            "seed {seed}: {:?}",
+            bic.report.bic
+        );
+    }
+}
+
+#[test]
+fn lambda_zero_reproduces_the_supervised_fit_exactly() {
+    let s = seed000(3, 10);
+    for structure in [
+        CovarianceStructure::Full,
+        CovarianceStructure::Tied,
+        CovarianceStructure::Diagonal,
+    ] {
+        let spec = GaussianParams::with_structure(structure).check().unwrap();
+        let sup = spec.fit(s.x_labeled.as_ref(), &s.y_labeled, 2).unwrap();
+        let fit = SemiSupervisedEm::new(
+            spec,
+            EmParams {
+                lambda: Lambda::Fixed(0.0),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .fit(
+            s.x_labeled.as_ref(),
+            &s.y_labeled,
+            2,
+            s.x_unlabeled.as_ref(),
+        )
+        .unwrap();
+        assert_eq!(fit.model.components(), &sup);
+        assert!(fit.report.converged);
+    }
+}
+
+#[test]
+fn no_unlabeled_rows_is_the_supervised_fit_reported_as_such() {
+    let s = seed000(1, 10);
+    let empty = Mat::<f64>::zeros(0, 2);
+    let fit = SemiSupervisedEm::new(qda(), EmParams::default())
+        .unwrap()
+        .fit(s.x_labeled.as_ref(), &s.y_labeled, 2, empty.as_ref())
+        .unwrap();
+    assert!(fit.report.supervised_only && fit.report.diagnostic.is_none());
+    assert_eq!(
+        fit.model.components(),
+        &qda().fit(s.x_labeled.as_ref(), &s.y_labeled, 2).unwrap()
+    );
+}
+
+#[test]
+fn bit_identical_on_one_and_two_threads() {
+    let s = seed000(2, 10);
+    let big = Mat::from_fn(12_000, 2, |i, j| {
+        s.x_unlabeled[(i % s.x_unlabeled.nrows(), j)] + (i / s.x_unlabeled.nrows()) as f64 * 1e-3
+    });
+    let run = |threads: usize| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(|| {
+                let a = SemiSupervisedEm::new(qda(), EmParams::default())
+                    .unwrap()
+                    .fit(s.x_labeled.as_ref(), &s.y_labeled, 2, big.as_ref())
+                    .unwrap();
+                let b = SemiSupervisedEm::new(
+                    qda(),
+                    EmParams {
+                        lambda: Lambda::Auto(CvOptions::default()),
+                        components: Components::Uniform(2),
+                        ..Default::default()
+                    },
+                )
+                .unwrap()
+                .fit(
+                    s.x_labeled.as_ref(),
+                    &s.y_labeled,
+                    2,
+                    s.x_unlabeled.as_ref(),
+                )
+                .unwrap();
+                serde_json::to_string(&(&a.model, &a.report, &b.model, &b.report)).unwrap()
+            })
+    };
+    assert_eq!(run(1), run(2));
+}
+
+#[test]
+fn invariant_under_row_permutation_and_class_relabelling() {
+    let s = seed000(4, 10);
+    let base = fit_qda(&s, EmParams::default());
+    // Reverse the unlabeled rows.
+    let n = s.x_unlabeled.nrows();
+    let rev = Mat::from_fn(n, 2, |i, j| s.x_unlabeled[(n - 1 - i, j)]);
+    let perm = SemiSupervisedEm::new(qda(), EmParams::default())
+        .unwrap()
+        .fit(s.x_labeled.as_ref(), &s.y_labeled, 2, rev.as_ref())
+        .unwrap();
+    let (ma, mb) = (
+        base.model.components().means(),
+        perm.model.components().means(),
+    );
+    for k in 0..2 {
+        for j in 0..2 {
+            assert!((ma[(k, j)] - mb[(k, j)]).abs() < 1e-8);
+        }
+    }
+    // Swap the class labels: the parameters swap.
+    let swapped: Vec<usize> = s.y_labeled.iter().map(|y| 1 - y).collect();
+    let sw = SemiSupervisedEm::new(qda(), EmParams::default())
+        .unwrap()
+        .fit(s.x_labeled.as_ref(), &swapped, 2, s.x_unlabeled.as_ref())
+        .unwrap();
+    let mc = sw.model.components().means();
+    for k in 0..2 {
+        for j in 0..2 {
+            assert!((ma[(k, j)] - mc[(1 - k, j)]).abs() < 1e-8);
+        }
+    }
+    assert!(
+        (base.report.objective - sw.report.objective).abs() < 1e-8 * base.report.objective.abs()
+    );
+}
+
+#[test]
+fn hard_em_converges_and_observer_sees_every_iteration() {
+    let s = seed000(5, 10);
+    let mut seen = Vec::new();
+    let fit = SemiSupervisedEm::new(
+        qda(),
+        EmParams {
+            mode: EmMode::Hard,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .fit_with_observer(
+        s.x_labeled.as_ref(),
+        &s.y_labeled,
+        2,
+        s.x_unlabeled.as_ref(),
+        &mut |r| seen.push(r.iteration),
+    )
+    .unwrap();
+    assert!(fit.report.converged);
+    assert_eq!(seen, (0..=fit.report.iterations).collect::<Vec<_>>());
+    for w in fit.report.trace.windows(2) {
+        assert!(w[1].objective >= w[0].objective - 1e-9 * w[0].objective.abs());
+    }
+    let shares = &fit.report.trace.last().unwrap().class_weights;
+    assert!((shares.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+    // Hard assignments bias heavily overlapping classes (seed 000), so judge accuracy where the
+    // classes are separated: Δ = 4, Bayes accuracy Φ(2) = 0.977.
+    let sep = shared_covariance(5, 2, 4.0, 10, 1000, 1000);
+    let fit = SemiSupervisedEm::new(
+        qda(),
+        EmParams {
+            mode: EmMode::Hard,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .fit(
+        sep.x_labeled.as_ref(),
+        &sep.y_labeled,
+        2,
+        sep.x_unlabeled.as_ref(),
+    )
+    .unwrap();
+    let acc = accuracy(
+        &fit.model.predict(sep.x_test.as_ref()).unwrap(),
+        &sep.y_test,
+    );
+    assert!(fit.report.converged && acc > 0.95, "{acc}");
+}
+
+#[test]
+fn max_iter_is_reported_not_an_error() {
+    let s = seed000(0, 10);
+    let fit = fit_qda(
+        &s,
+        EmParams {
+            max_iter: 2,
+            tol: 0.0,
+            ..Default::default()
+        },
+    );
+    assert!(!fit.report.converged);
+    assert_eq!(fit.report.iterations, 2);
+    assert_eq!(fit.report.trace.len(), 3);
+}
+
+#[test]
+fn works_for_naive_bayes_on_documents() {
+    let s = documents(1, 3, 60, 40, 3, 300, 200);
+    let spec = MultinomialNbParams::default().check().unwrap();
+    let sup = spec.fit(s.x_labeled.as_ref(), &s.y_labeled, 3).unwrap();
+    let fit = SemiSupervisedEm::new(spec, EmParams::default())
+        .unwrap()
+        .fit(
+            s.x_labeled.as_ref(),
+            &s.y_labeled,
+            3,
+            s.x_unlabeled.as_ref(),
+        )
+        .unwrap();
+    let a_sup = accuracy(&sup.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+    let a_ssl = accuracy(&fit.model.predict(s.x_test.as_ref()).unwrap(), &s.y_test);
+    assert!(a_ssl >= a_sup, "{a_ssl} vs {a_sup}");
+    let bspec = BernoulliNbParams::default().check().unwrap();
+    let bfit = SemiSupervisedEm::new(bspec, EmParams::default())
+        .unwrap()
+        .fit(
+            s.x_labeled.as_ref(),
+            &s.y_labeled,
+            3,
+            s.x_unlabeled.as_ref(),
+        )
+        .unwrap();
+    assert!(bfit.report.converged);
+}
+
+#[test]
+fn bad_inputs_are_clear_errors() {
+    let s = seed000(0, 10);
+    let em = SemiSupervisedEm::new(qda(), EmParams::default()).unwrap();
+    let none = Mat::<f64>::zeros(0, 2);
+    assert!(matches!(
+        em.fit(none.as_ref(), &[], 2, s.x_unlabeled.as_ref()),
+        Err(EmError::NoLabeledRows)
+    ));
+    let only0 = vec![0; s.y_labeled.len()];
+    assert!(matches!(
+        em.fit(s.x_labeled.as_ref(), &only0, 2, s.x_unlabeled.as_ref()),
+        Err(EmError::ClassWithoutLabels { class: 1 })
+    ));
+    let wide = Mat::<f64>::zeros(5, 3);
+    assert!(matches!(
+        em.fit(s.x_labeled.as_ref(), &s.y_labeled, 2, wide.as_ref()),
+        Err(EmError::DimensionMismatch { .. })
+    ));
+    let e = SemiSupervisedEm::new(
+        qda(),
+        EmParams {
+            lambda: Lambda::Fixed(1.5),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.to_string(), "`lambda` must be in [0, 1], got 1.5");
+    let mut one_each = s.y_labeled.clone();
+    one_each
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, y)| *y = usize::from(i != 0));
+    let e = SemiSupervisedEm::new(qda(), auto())
+        .unwrap()
+        .fit(s.x_labeled.as_ref(), &one_each, 2, s.x_unlabeled.as_ref())
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        EmError::TooFewForCrossValidation { class: 0, count: 1 }
+    ));
+}
+
+#[test]
+fn a_collapsing_component_stops_with_a_warning_not_nan() {
+    // Five components per class on 10 labeled rows and a handful of unlabeled ones: QDA components
+    // with ≤ 2 points are singular, so an M-step fails; EM must stop with a warning.
+    let s = seed000(6, 10);
+    let few = Mat::from_fn(6, 2, |i, j| s.x_unlabeled[(i, j)]);
+    let r = SemiSupervisedEm::new(
+        qda(),
+        EmParams {
+            components: Components::Uniform(5),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .fit(s.x_labeled.as_ref(), &s.y_labeled, 2, few.as_ref());
+    match r {
+        Ok(fit) => {
+            assert!(!fit.report.warnings.is_empty());
+            assert!(fit.report.objective.is_finite());
+        }
+        Err(e) => assert!(e.to_string().contains("reg"), "{e}"),
+    }
+}
