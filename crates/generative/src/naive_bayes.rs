@@ -467,6 +467,10 @@ pub struct CategoricalNbParams {
     pub alpha: f64,
     /// Class priors (default estimated).
     pub priors: Priors,
+    /// Lower bound on the number of categories of each feature (scikit-learn's
+    /// `min_categories`). Semi-supervised EM needs it so that a fit on the labeled rows alone
+    /// already knows categories that only unlabeled rows show. Default none.
+    pub min_categories: Option<Vec<usize>>,
 }
 
 impl Default for CategoricalNbParams {
@@ -474,6 +478,7 @@ impl Default for CategoricalNbParams {
         Self {
             alpha: 1.0,
             priors: Priors::Estimated,
+            min_categories: None,
         }
     }
 }
@@ -549,8 +554,18 @@ impl WeightedFit for Checked<CategoricalNbParams> {
                 })
                 .collect::<Vec<_>>())
         })?;
+        if let Some(mc) = &self.min_categories
+            && mc.len() != d
+        {
+            return Err(GenerativeError::DimensionMismatch {
+                what: "min_categories vs features",
+                expected: d,
+                got: mc.len(),
+            });
+        }
+        let floor = |j: usize| self.min_categories.as_ref().map_or(0, |mc| mc[j]);
         let n_categories: Vec<usize> = (0..d)
-            .map(|j| maxima.iter().map(|m| m[j]).max().unwrap_or(0) + 1)
+            .map(|j| (maxima.iter().map(|m| m[j]).max().unwrap_or(0) + 1).max(floor(j)))
             .collect();
         let mut offsets = Vec::with_capacity(d);
         let mut size = 0;

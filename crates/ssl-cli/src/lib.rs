@@ -1,1 +1,67 @@
+//! The `ssl-cli` binary's library: argument parsing, files, figures and messages. It is the only
+//! crate of the workspace that touches files, CSV, JSON model files and the terminal; the
+//! statistics live in `density`, `generative` and `ssl-em`.
 
+mod apply;
+pub mod cli;
+pub mod data;
+mod demo;
+pub mod error;
+mod fit;
+mod inspect;
+pub mod model_file;
+pub mod plot;
+pub mod svg;
+
+use std::ffi::OsString;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::error::{CliError, Result};
+
+/// Runs the command line and returns the process exit code: 0 on success, 2 for usage errors,
+/// 1 for bad data or models.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => 0,
+                _ => 2,
+            };
+        }
+    };
+    match dispatch(&cli) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn dispatch(cli: &Cli) -> Result<()> {
+    if let Some(n) = cli.threads {
+        if n == 0 {
+            return Err(CliError::Usage("--threads must be >= 1".into()));
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| CliError::Usage(format!("--threads: {e}")))?;
+    }
+    match &cli.command {
+        Command::Fit(a) => fit::fit(a, cli.quiet),
+        Command::Predict(a) => apply::predict(a),
+        Command::Eval(a) => apply::eval(a),
+        Command::Inspect(a) => inspect::inspect(a),
+        Command::Demo(a) => demo::demo(a, cli.quiet),
+        Command::Plot(a) => plot::plot(a),
+    }
+}

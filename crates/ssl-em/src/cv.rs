@@ -1,7 +1,8 @@
 //! Automatic λ (seed 004): stratified k-fold cross-validation on the labeled rows. For every λ in
 //! the grid and every fold, EM is fitted on the other folds' labeled rows plus all unlabeled rows
 //! and scored by held-out log-loss; the λ with the lowest mean log-loss wins (ties go to the
-//! smaller λ, the more conservative choice). The whole curve is returned.
+//! smaller λ, the more conservative choice). The whole curve is returned. If every λ fails (e.g.
+//! a fold leaves a class too few rows for its covariance), the first fold's error is returned.
 
 use faer::Mat;
 use rand::SeedableRng;
@@ -60,7 +61,7 @@ pub(crate) fn choose_lambda<S: WeightedFit>(
     let jobs: Vec<(usize, usize)> = (0..cv.grid.len())
         .flat_map(|g| (0..folds).map(move |f| (g, f)))
         .collect();
-    let results: Vec<std::result::Result<(f64, f64), String>> = jobs
+    let results: Vec<Result<(f64, f64)>> = jobs
         .par_iter()
         .map(|&(g, f)| {
             let train: Vec<usize> = (0..y.len()).filter(|i| fold[*i] != f).collect();
@@ -74,13 +75,8 @@ pub(crate) fn choose_lambda<S: WeightedFit>(
                 n_classes: k,
                 x_u: data.x_u,
             };
-            let run = em
-                .run(&sub, cv.grid[g], components, &mut |_| {})
-                .map_err(|e| e.to_string())?;
-            let lp = run
-                .model
-                .predict_log_proba(x_test.as_ref())
-                .map_err(|e| e.to_string())?;
+            let run = em.run(&sub, cv.grid[g], components, &mut |_| {})?;
+            let lp = run.model.predict_log_proba(x_test.as_ref())?;
             let mut loss = 0.0;
             let mut correct = 0;
             for (t, &i) in test.iter().enumerate() {
@@ -95,11 +91,11 @@ pub(crate) fn choose_lambda<S: WeightedFit>(
         .collect();
     let n = y.len() as f64;
     let mut curve = Vec::with_capacity(cv.grid.len());
-    let mut last_error = String::new();
+    let mut first_error: Option<EmError> = None;
     for (g, &lambda) in cv.grid.iter().enumerate() {
         let per_fold = &results[g * folds..(g + 1) * folds];
         if let Some(Err(e)) = per_fold.iter().find(|r| r.is_err()) {
-            last_error = e.clone();
+            first_error.get_or_insert_with(|| e.clone());
             curve.push(LambdaScore {
                 lambda,
                 log_loss: None,
@@ -121,6 +117,10 @@ pub(crate) fn choose_lambda<S: WeightedFit>(
         .iter()
         .filter_map(|s| s.log_loss.map(|l| (s.lambda, l)))
         .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)))
-        .ok_or(EmError::CrossValidationFailed { reason: last_error })?;
+        .ok_or_else(|| {
+            first_error.unwrap_or(EmError::CrossValidationFailed {
+                reason: "no lambda could be scored".into(),
+            })
+        })?;
     Ok((best.0, curve))
 }

@@ -1,0 +1,211 @@
+//! `ssl-cli predict` and `ssl-cli eval`: apply a model file to the rows of a CSV file. Feature
+//! columns are matched by name, so extra columns (such as the label) are ignored.
+
+use std::fmt::Write as _;
+
+use faer::Mat;
+use generative::GenerativeError;
+
+use crate::cli::{EvalArgs, PredictArgs};
+use crate::data::{Dataset, ReadOptions, read_csv, write_atomic};
+use crate::error::{CliError, Result};
+use crate::model_file::ModelFile;
+
+/// Probabilities below this are clipped in the log-loss (as scikit-learn's `log_loss`).
+const LOG_LOSS_EPS: f64 = 1e-15;
+
+fn read_for(model: &ModelFile, path: &str, label: Option<&str>) -> Result<Dataset> {
+    read_csv(
+        path,
+        &ReadOptions {
+            label,
+            features: Some(&model.features),
+            unlabeled_marker: "",
+            require_label: label.is_some(),
+        },
+    )
+}
+
+/// Posterior probabilities, with input errors mapped to file lines.
+fn proba(model: &ModelFile, data: &Dataset, rows: &crate::data::Rows) -> Result<Mat<f64>> {
+    model
+        .model
+        .classifier()
+        .predict_proba(rows.matrix())
+        .map_err(|e| match e {
+            GenerativeError::InvalidInput {
+                row,
+                col,
+                value,
+                rule,
+            } => CliError::Data(format!(
+                "{}:{}: column '{}' has the value {value}: {rule}",
+                data.source, rows.lines[row], model.features[col]
+            )),
+            other => CliError::Data(format!("{}: {other}", data.source)),
+        })
+}
+
+fn argmax(p: &Mat<f64>, i: usize) -> usize {
+    (0..p.ncols()).fold(0, |b, k| if p[(i, k)] > p[(i, b)] { k } else { b })
+}
+
+/// Quotes a CSV field when needed.
+fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Runs `ssl-cli predict`.
+pub fn predict(args: &PredictArgs) -> Result<()> {
+    let model = ModelFile::load(&args.model)?;
+    let data = read_for(&model, &args.data, None)?;
+    let p = proba(&model, &data, &data.labeled)?;
+    let mut out = String::with_capacity(
+        data.labeled.len()
+            * (16
+                + if args.proba {
+                    24 * model.classes.len()
+                } else {
+                    0
+                }),
+    );
+    out.push_str("prediction");
+    if args.proba {
+        for c in &model.classes {
+            out.push(',');
+            out.push_str(&field(&format!("p_{c}")));
+        }
+    }
+    out.push('\n');
+    let names: Vec<String> = model.classes.iter().map(|c| field(c)).collect();
+    for i in 0..p.nrows() {
+        out.push_str(&names[argmax(&p, i)]);
+        if args.proba {
+            for k in 0..p.ncols() {
+                let _ = write!(out, ",{:?}", p[(i, k)]);
+            }
+        }
+        out.push('\n');
+    }
+    match &args.out {
+        Some(path) => write_atomic(path, out.as_bytes()),
+        None => {
+            use std::io::Write;
+            std::io::stdout()
+                .lock()
+                .write_all(out.as_bytes())
+                .map_err(|e| CliError::io("<stdout>", e))
+        }
+    }
+}
+
+/// Evaluation figures.
+#[derive(Debug, serde::Serialize)]
+pub struct Evaluation {
+    pub n_rows: usize,
+    pub accuracy: f64,
+    pub log_loss: f64,
+    pub classes: Vec<String>,
+    /// confusion[i][j]: rows of true class i predicted as j.
+    pub confusion: Vec<Vec<usize>>,
+    pub precision: Vec<Option<f64>>,
+    pub recall: Vec<Option<f64>>,
+}
+
+/// Runs `ssl-cli eval`.
+pub fn eval(args: &EvalArgs) -> Result<()> {
+    let model = ModelFile::load(&args.model)?;
+    let data = read_for(&model, &args.data, Some(&args.label))?;
+    let rows = &data.labeled;
+    if rows.is_empty() {
+        return Err(CliError::Data(format!(
+            "{}: no labeled rows to evaluate in column '{}'",
+            data.source, args.label
+        )));
+    }
+    let k = model.classes.len();
+    let truth: Vec<usize> = rows
+        .labels
+        .iter()
+        .zip(&rows.lines)
+        .map(|(l, line)| {
+            model.classes.iter().position(|c| c == l).ok_or_else(|| {
+                CliError::Data(format!(
+                    "{}:{line}: label '{l}' is not a class of the model (classes: {})",
+                    data.source,
+                    model.classes.join(", ")
+                ))
+            })
+        })
+        .collect::<Result<_>>()?;
+    let p = proba(&model, &data, rows)?;
+    let mut confusion = vec![vec![0usize; k]; k];
+    let mut loss = 0.0;
+    for (i, &t) in truth.iter().enumerate() {
+        confusion[t][argmax(&p, i)] += 1;
+        loss -= p[(i, t)].max(LOG_LOSS_EPS).ln();
+    }
+    let n = truth.len();
+    let correct: usize = (0..k).map(|c| confusion[c][c]).sum();
+    let precision: Vec<Option<f64>> = (0..k)
+        .map(|c| {
+            let col: usize = (0..k).map(|t| confusion[t][c]).sum();
+            (col > 0).then(|| confusion[c][c] as f64 / col as f64)
+        })
+        .collect();
+    let recall: Vec<Option<f64>> = (0..k)
+        .map(|c| {
+            let row: usize = confusion[c].iter().sum();
+            (row > 0).then(|| confusion[c][c] as f64 / row as f64)
+        })
+        .collect();
+    let ev = Evaluation {
+        n_rows: n,
+        accuracy: correct as f64 / n as f64,
+        log_loss: loss / n as f64,
+        classes: model.classes.clone(),
+        confusion,
+        precision,
+        recall,
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&ev).map_err(|e| CliError::Data(e.to_string()))?
+        );
+        return Ok(());
+    }
+    let fmt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.4}"));
+    println!(
+        "rows: {}\naccuracy: {:.4}\nlog-loss: {:.4}\n",
+        ev.n_rows, ev.accuracy, ev.log_loss
+    );
+    let w = ev.classes.iter().map(String::len).max().unwrap_or(5).max(5);
+    println!("{:<w$}  precision  recall", "class");
+    for c in 0..k {
+        println!(
+            "{:<w$}  {:>9}  {:>6}",
+            ev.classes[c],
+            fmt(ev.precision[c]),
+            fmt(ev.recall[c])
+        );
+    }
+    println!("\nconfusion (rows: true, columns: predicted)");
+    print!("{:<w$}", "");
+    for c in &ev.classes {
+        print!("  {c:>w$}");
+    }
+    println!();
+    for (c, row) in ev.confusion.iter().enumerate() {
+        print!("{:<w$}", ev.classes[c]);
+        for v in row {
+            print!("  {v:>w$}");
+        }
+        println!();
+    }
+    Ok(())
+}

@@ -1,0 +1,598 @@
+//! End-to-end tests of the `ssl-cli` binary: fit → predict → eval round trips for every model on
+//! iris and wine with most labels removed, the demo, and one test per bad-input case (exit code,
+//! message, and no output file left behind).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use tests::{data_file, run_in, with_labels_removed};
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    std::fs::write(dir.join(name), text).unwrap();
+    name.to_string()
+}
+
+fn eval_json(dir: &Path, model: &str, data: &str) -> serde_json::Value {
+    let r = run_in(
+        dir,
+        &[
+            "eval", "--model", model, "--data", data, "--label", "label", "--json",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    serde_json::from_str(r.stdout.trim()).unwrap()
+}
+
+/// (dataset, model, extra flags, feature transform, minimum accuracy on all rows)
+type Case = (
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+    fn(f64) -> f64,
+    f64,
+);
+
+#[test]
+fn fit_predict_eval_round_trips_for_every_model() {
+    let identity: fn(f64) -> f64 = |v| v;
+    let floor: fn(f64) -> f64 = f64::floor;
+    let cases: &[Case] = &[
+        ("iris", "lda", &[], identity, 0.95),
+        ("iris", "qda", &["--reg", "1e-3"], identity, 0.9),
+        ("iris", "gaussian-nb", &[], identity, 0.9),
+        (
+            "iris",
+            "bernoulli-nb",
+            &["--binarize", "2.5"],
+            identity,
+            0.6,
+        ),
+        ("iris", "multinomial-nb", &["--em", "none"], identity, 0.85),
+        ("iris", "categorical-nb", &[], floor, 0.7),
+        ("wine", "lda", &["--lambda", "0.3"], identity, 0.95),
+        (
+            "wine",
+            "qda",
+            &["--reg", "1e-2", "--em", "hard"],
+            identity,
+            0.8,
+        ),
+        ("wine", "gaussian-nb", &[], identity, 0.9),
+        (
+            "wine",
+            "bernoulli-nb",
+            &["--binarize", "2.0"],
+            identity,
+            0.6,
+        ),
+        ("wine", "multinomial-nb", &["--em", "none"], identity, 0.8),
+        ("wine", "categorical-nb", &["--alpha", "0.5"], floor, 0.6),
+    ];
+    for (data, model, flags, transform, min_acc) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let train = write(
+            dir.path(),
+            "train.csv",
+            &with_labels_removed(&format!("{data}.csv"), 3, transform),
+        );
+        let full = write(
+            dir.path(),
+            "full.csv",
+            &with_labels_removed(&format!("{data}.csv"), 1, transform),
+        );
+        let mut args = vec![
+            "fit", "--model", model, "--data", &train, "--label", "label", "--out", "m.json",
+            "--quiet",
+        ];
+        args.extend_from_slice(flags);
+        let r = run_in(dir.path(), &args, None);
+        assert_eq!(r.code, 0, "{data} {model}: {}", r.stderr);
+        let p = run_in(
+            dir.path(),
+            &["predict", "--model", "m.json", "--data", &full, "--proba"],
+            None,
+        );
+        assert_eq!(p.code, 0, "{}", p.stderr);
+        let lines: Vec<&str> = p.stdout.lines().collect();
+        assert_eq!(lines.len(), 1 + if *data == "iris" { 150 } else { 178 });
+        assert!(lines[0].starts_with("prediction,p_"), "{}", lines[0]);
+        for line in &lines[1..] {
+            let cells: Vec<&str> = line.split(',').collect();
+            let s: f64 = cells[1..].iter().map(|c| c.parse::<f64>().unwrap()).sum();
+            assert!((s - 1.0).abs() < 1e-9, "{line}");
+        }
+        let ev = eval_json(dir.path(), "m.json", &full);
+        let acc = ev["accuracy"].as_f64().unwrap();
+        eprintln!("{data} {model}: accuracy {acc:.4}");
+        assert!(acc >= *min_acc, "{data} {model}: accuracy {acc}");
+        assert!(ev["log_loss"].as_f64().unwrap().is_finite());
+        let conf = ev["confusion"].as_array().unwrap();
+        let total: u64 = conf
+            .iter()
+            .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_u64().unwrap()))
+            .sum();
+        assert_eq!(total as usize, lines.len() - 1);
+        assert_eq!(ev["classes"].as_array().unwrap().len(), 3);
+        let i = run_in(dir.path(), &["inspect", "--model", "m.json"], None);
+        assert_eq!(i.code, 0);
+        assert!(i.stdout.contains("classes (3)"), "{}", i.stdout);
+    }
+}
+
+#[test]
+fn semi_supervised_fit_reports_lambda_and_verdict_and_uses_stdin_and_second_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = with_labels_removed("iris.csv", 3, |v| v);
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit", "--model", "lda", "--data", "-", "--label", "label", "--out", "m.json",
+            "--lambda", "auto",
+        ],
+        Some(&text),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("<- chosen") && r.stderr.contains("dominance check"),
+        "{}",
+        r.stderr
+    );
+    let model: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("m.json")).unwrap()).unwrap();
+    assert_eq!(model["format"], "ssl-cli-model");
+    assert_eq!(
+        model["classes"],
+        serde_json::json!(["setosa", "versicolor", "virginica"])
+    );
+    assert!(
+        model["training"]["em"]["lambda_curve"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 6
+    );
+    // Labeled rows in one file with marker '?', unlabeled rows in a second file.
+    let labeled: String = text
+        .lines()
+        .enumerate()
+        .filter(|(i, l)| *i == 0 || !l.ends_with(','))
+        .map(|(_, l)| format!("{l}\n"))
+        .collect();
+    let unlabeled: String = text
+        .lines()
+        .enumerate()
+        .filter(|(i, l)| *i == 0 || l.ends_with(','))
+        .map(|(_, l)| format!("{}\n", l.trim_end_matches(',')))
+        .collect();
+    let unlabeled = unlabeled.replacen(",label", "", 1);
+    write(dir.path(), "lab.csv", &labeled);
+    write(dir.path(), "unl.csv", &unlabeled);
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit",
+            "--model",
+            "gaussian-nb",
+            "--data",
+            "lab.csv",
+            "--unlabeled",
+            "unl.csv",
+            "--label",
+            "label",
+            "--out",
+            "m2.json",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
+        "{}",
+        r.stderr
+    );
+    let marker = text.replace(",\n", ",?\n");
+    write(dir.path(), "marker.csv", &marker);
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit",
+            "--model",
+            "gaussian-nb",
+            "--data",
+            "marker.csv",
+            "--unlabeled-marker",
+            "?",
+            "--label",
+            "label",
+            "--out",
+            "m3.json",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn model_files_are_identical_on_one_and_two_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = write(
+        dir.path(),
+        "t.csv",
+        &with_labels_removed("wine.csv", 4, |v| v),
+    );
+    for t in ["1", "2"] {
+        let out = format!("m{t}.json");
+        let r = run_in(
+            dir.path(),
+            &[
+                "fit",
+                "--threads",
+                t,
+                "--model",
+                "qda",
+                "--reg",
+                "0.01",
+                "--data",
+                &train,
+                "--label",
+                "label",
+                "--out",
+                &out,
+                "-q",
+            ],
+            None,
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
+    };
+    let (a, b) = (read("m1.json"), read("m2.json"));
+    // Parameters and the whole EM record agree exactly (the options record differs in --out).
+    assert!(
+        a["model"] == b["model"],
+        "model parameters differ between 1 and 2 threads"
+    );
+    assert!(
+        a["training"]["em"] == b["training"]["em"],
+        "EM records differ between 1 and 2 threads"
+    );
+}
+
+#[test]
+fn demo_runs_without_files_and_writes_a_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run_in(dir.path(), &["demo"], None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("semi-supervised") && r.stdout.contains("accuracy on unlabeled points"),
+        "{}",
+        r.stdout
+    );
+    let svg = std::fs::read_to_string(dir.path().join("ssl-demo.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<polyline") && svg.contains("semi-supervised EM")
+    );
+    // Plot a fitted model too.
+    let train = write(
+        dir.path(),
+        "t.csv",
+        &with_labels_removed("iris.csv", 3, |v| v),
+    );
+    assert_eq!(
+        run_in(
+            dir.path(),
+            &[
+                "fit", "--model", "lda", "--data", &train, "--label", "label", "--out", "m.json",
+                "-q"
+            ],
+            None
+        )
+        .code,
+        0
+    );
+    let r = run_in(
+        dir.path(),
+        &[
+            "plot", "--model", "m.json", "--data", &train, "--out", "fig.svg",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        std::fs::read_to_string(dir.path().join("fig.svg"))
+            .unwrap()
+            .contains("LDA projection")
+    );
+}
+
+#[test]
+fn every_command_has_help_with_examples() {
+    let dir = tempfile::tempdir().unwrap();
+    for cmd in ["fit", "predict", "eval", "inspect", "demo", "plot"] {
+        let r = run_in(dir.path(), &[cmd, "--help"], None);
+        assert_eq!(r.code, 0);
+        assert!(r.stdout.contains("Example"), "{cmd}: {}", r.stdout);
+    }
+}
+
+/// Runs a failing fit and checks exit code, message and that `--out` was not created.
+fn assert_fit_fails(csv: &str, extra: &[&str], code: i32, message: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "d.csv", csv);
+    let mut args = vec![
+        "fit", "--data", "d.csv", "--label", "y", "--out", "out.json",
+    ];
+    if !extra.contains(&"--model") {
+        args.extend(["--model", "qda"]);
+    }
+    args.extend_from_slice(extra);
+    let r = run_in(dir.path(), &args, None);
+    assert_eq!(r.code, code, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(message),
+        "expected '{message}' in: {}",
+        r.stderr
+    );
+    assert!(!dir.path().join("out.json").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "left behind: {leftovers:?}");
+}
+
+const GOOD: &str = "a,b,y\n1,2,p\n2,1,p\n3,3,p\n1.5,2.5,p\n7,8,q\n8,7,q\n9,9,q\n7.5,8.5,q\n4,4,\n";
+
+#[test]
+fn bad_input_missing_header() {
+    assert_fit_fails("", &[], 1, "d.csv: missing header row");
+}
+
+#[test]
+fn bad_input_duplicate_header() {
+    assert_fit_fails(
+        "a,a,y\n1,2,p\n",
+        &[],
+        1,
+        "d.csv:1: duplicate column name 'a'",
+    );
+}
+
+#[test]
+fn bad_input_ragged_row() {
+    assert_fit_fails(
+        "a,b,y\n1,2,p\n3,p\n",
+        &[],
+        1,
+        "d.csv:3: expected 3 fields (as in the header), found 2",
+    );
+}
+
+#[test]
+fn bad_input_non_numeric_cell() {
+    assert_fit_fails(
+        "a,b,y\n1,2,p\n3,x4,q\n",
+        &[],
+        1,
+        "d.csv:3: column 'b' has the non-numeric value 'x4'",
+    );
+}
+
+#[test]
+fn bad_input_nan_and_inf_cells() {
+    assert_fit_fails(
+        "a,b,y\n1,nan,p\n",
+        &[],
+        1,
+        "d.csv:2: column 'b' has the non-finite value 'nan'",
+    );
+    assert_fit_fails(
+        "a,b,y\n1,2,p\n-inf,2,q\n",
+        &[],
+        1,
+        "d.csv:3: column 'a' has the non-finite value '-inf'",
+    );
+}
+
+#[test]
+fn bad_input_unknown_label_column() {
+    assert_fit_fails(
+        "a,b,label\n1,2,p\n",
+        &[],
+        1,
+        "d.csv: no label column 'y' (columns: a, b, label)",
+    );
+}
+
+#[test]
+fn bad_input_no_labeled_rows() {
+    assert_fit_fails("a,b,y\n1,2,\n3,4,\n", &[], 1, "d.csv: no labeled rows");
+}
+
+#[test]
+fn bad_input_class_with_too_few_rows() {
+    let csv = "a,b,y\n1,2,p\n2,1,p\n3,3,p\n1.5,2.5,p\n7,8,q\n8,7,q\n";
+    assert_fit_fails(
+        csv,
+        &["--em", "none"],
+        1,
+        "class 'q' has too few or collinear rows",
+    );
+    assert_fit_fails(csv, &["--em", "none"], 1, "add --reg");
+}
+
+#[test]
+fn bad_input_negative_counts_for_multinomial() {
+    assert_fit_fails(
+        "a,b,y\n1,2,p\n3,-4,q\n",
+        &["--model", "multinomial-nb"],
+        1,
+        "d.csv:3: column 'b' has the value -4: counts must be >= 0",
+    );
+}
+
+#[test]
+fn bad_usage_exits_with_2() {
+    assert_fit_fails(
+        GOOD,
+        &["--lambda", "1.5"],
+        2,
+        "--lambda must be in [0, 1], got 1.5",
+    );
+    assert_fit_fails(GOOD, &["--no-such-flag"], 2, "unexpected argument");
+    assert_fit_fails(GOOD, &["--reg=-1"], 2, "--reg must be >= 0, got -1");
+    assert_fit_fails(
+        GOOD,
+        &["--components-per-class", "two"],
+        2,
+        "--components-per-class",
+    );
+}
+
+#[test]
+fn failed_fit_leaves_an_existing_output_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "d.csv", "a,b,y\n1,x,p\n");
+    write(dir.path(), "out.json", "keep me");
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit", "--model", "lda", "--data", "d.csv", "--label", "y", "--out", "out.json",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 1);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.json")).unwrap(),
+        "keep me"
+    );
+}
+
+fn fitted(dir: &Path) {
+    write(dir, "d.csv", GOOD);
+    let r = run_in(
+        dir,
+        &[
+            "fit", "--model", "lda", "--data", "d.csv", "--label", "y", "--out", "m.json", "-q",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+#[test]
+fn bad_input_features_missing_at_predict() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    write(dir.path(), "new.csv", "a,c\n1,2\n");
+    let r = run_in(
+        dir.path(),
+        &[
+            "predict", "--model", "m.json", "--data", "new.csv", "--out", "p.csv",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("new.csv: feature column 'b' is missing"),
+        "{}",
+        r.stderr
+    );
+    assert!(!dir.path().join("p.csv").exists());
+    // Extra columns (like the label) are ignored, and columns are matched by name.
+    write(dir.path(), "new2.csv", "y,b,a,extra\nz,2,1,0\n");
+    let r = run_in(
+        dir.path(),
+        &[
+            "predict", "--model", "m.json", "--data", "new2.csv", "--out", "p.csv",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("p.csv")).unwrap(),
+        "prediction\np\n"
+    );
+}
+
+#[test]
+fn bad_input_unreadable_or_foreign_model_file() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    let check = |model: &str, message: &str| {
+        let r = run_in(
+            dir.path(),
+            &[
+                "predict", "--model", model, "--data", "d.csv", "--out", "p.csv",
+            ],
+            None,
+        );
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(
+            r.stderr.contains(message),
+            "expected '{message}' in {}",
+            r.stderr
+        );
+        assert!(!dir.path().join("p.csv").exists());
+    };
+    check("missing.json", "missing.json: No such file");
+    write(dir.path(), "garbage.json", "{not json");
+    check("garbage.json", "garbage.json: not a model file");
+    write(
+        dir.path(),
+        "foreign.json",
+        r#"{"format": "sklearn-pickle", "version": 1}"#,
+    );
+    check(
+        "foreign.json",
+        "not an ssl-cli-model file (format is 'sklearn-pickle')",
+    );
+    let good = std::fs::read_to_string(dir.path().join("m.json")).unwrap();
+    write(
+        dir.path(),
+        "v9.json",
+        &good.replacen("\"version\": 1", "\"version\": 9", 1),
+    );
+    check("v9.json", "model file version 9 is not supported");
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    v["model"]["parameters"]["model"]["means"]
+        .as_array_mut()
+        .unwrap()
+        .pop();
+    write(dir.path(), "damaged.json", &v.to_string());
+    check("damaged.json", "damaged model file");
+}
+
+#[test]
+fn bad_input_unknown_label_at_eval() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    write(dir.path(), "t.csv", "a,b,y\n1,2,p\n3,3,r\n");
+    let r = run_in(
+        dir.path(),
+        &[
+            "eval", "--model", "m.json", "--data", "t.csv", "--label", "y",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr
+            .contains("t.csv:3: label 'r' is not a class of the model"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn data_file_helper_points_at_shipped_data() {
+    assert!(data_file("iris.csv").exists() && data_file("wine.csv").exists());
+}
