@@ -1,1 +1,56 @@
-fn main() {}
+//! Project automation (`cargo xtask ...`), in Rust so it needs nothing but cargo:
+//!
+//! - `reproduce [--quick] [--bless]`: regenerate every experiment behind a claim of this project
+//!   from fixed seeds, write `target/reproduce/{report.md, results.json, *.svg}`, and compare the
+//!   figures with `xtask/expected.json` (exit 1 naming any figure that moved).
+//! - `gen <scenario> --out DIR`: write a scenario's data as CSV for `ssl-cli`.
+//! - `bench [--quick] [--compare]`: throughput and EM timings, optionally against scikit-learn.
+
+mod bench;
+mod chart;
+mod reproduce;
+
+use std::process::ExitCode;
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare]     benchmarks (target/bench/report.md)",
+        reproduce::SCENARIOS.join(", ")
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    let result = match args.first().map(String::as_str) {
+        Some("reproduce") => reproduce::run(flag("--quick"), flag("--bless")),
+        Some("gen") => {
+            let (Some(name), Some(out)) = (
+                args.get(1),
+                args.iter()
+                    .position(|a| a == "--out")
+                    .and_then(|i| args.get(i + 1)),
+            ) else {
+                return usage();
+            };
+            reproduce::generate(name, out)
+        }
+        Some("bench") => bench::run(flag("--quick"), flag("--compare")),
+        _ => return usage(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Workspace root (the parent of xtask/).
+pub fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map_or_else(|| ".".into(), |p| p.to_path_buf())
+}

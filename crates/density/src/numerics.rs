@@ -127,6 +127,29 @@ pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// Complementary error function (Numerical Recipes' Chebyshev fit, relative error < 1.2e-7).
+pub fn erfc(x: f64) -> f64 {
+    let z = x.abs();
+    let t = 1.0 / (1.0 + 0.5 * z);
+    let r = t
+        * (-z * z - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    if x >= 0.0 { r } else { 2.0 - r }
+}
+
+/// Standard normal CDF Φ(x) = ½ erfc(−x/√2).
+pub fn normal_cdf(x: f64) -> f64 {
+    0.5 * erfc(-x / std::f64::consts::SQRT_2)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +223,18 @@ mod tests {
         // Γ(1/2) = √π
         assert!((ln_gamma(0.5) - std::f64::consts::PI.sqrt().ln()).abs() < 1e-14);
         assert!((ln_gamma(0.1) - 2.252_712_651_734_206).abs() < 1e-13);
+    }
+    #[test]
+    fn erfc_matches_reference_values() {
+        assert!((erfc(0.0) - 1.0).abs() < 1e-7);
+        assert!((erfc(1.0) - 0.157_299_207).abs() < 1e-7);
+        assert!((erfc(-1.0) - 1.842_700_793).abs() < 1e-7);
+    }
+
+    #[test]
+    fn normal_cdf_matches_tables() {
+        assert!((normal_cdf(0.0) - 0.5).abs() < 1e-7);
+        assert!((normal_cdf(-1.0) - 0.158_655_254).abs() < 1e-7);
+        assert!((normal_cdf(1.96) - 0.975_002_105).abs() < 1e-7);
     }
 }

@@ -244,9 +244,29 @@ pub fn write_atomic(path: &str, contents: &[u8]) -> Result<()> {
     tmp.as_file()
         .sync_all()
         .map_err(|e| CliError::io(path, e))?;
+    // A temporary file is created private (0600); give the result the permissions an existing
+    // file had, or ordinary ones (0644).
+    let permissions = match std::fs::metadata(target) {
+        Ok(m) => m.permissions(),
+        Err(_) => default_permissions(&tmp).map_err(|e| CliError::io(path, e))?,
+    };
+    tmp.as_file()
+        .set_permissions(permissions)
+        .map_err(|e| CliError::io(path, e))?;
     tmp.persist(target)
         .map_err(|e| CliError::io(path, e.error))?;
     Ok(())
+}
+
+#[cfg(unix)]
+fn default_permissions(_: &tempfile::NamedTempFile) -> std::io::Result<std::fs::Permissions> {
+    use std::os::unix::fs::PermissionsExt;
+    Ok(std::fs::Permissions::from_mode(0o644))
+}
+
+#[cfg(not(unix))]
+fn default_permissions(tmp: &tempfile::NamedTempFile) -> std::io::Result<std::fs::Permissions> {
+    Ok(tmp.as_file().metadata()?.permissions())
 }
 
 #[cfg(test)]

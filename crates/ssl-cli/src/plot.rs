@@ -168,20 +168,26 @@ fn draw_regions(svg: &mut Svg, panel: &Panel, model: &dyn GenerativeClassifier) 
         return;
     };
     let cell = |i: usize, j: usize| pred[j * GRID + i];
+    // One rectangle per run of equal cells in a grid row keeps the file small.
     for j in 0..GRID {
-        for i in 0..GRID {
-            let (px, py) = (
-                panel.px(x0 + i as f64 * dx),
-                panel.py(y0 + (j + 1) as f64 * dy),
-            );
-            svg.rect(
-                px,
-                py,
-                panel.width / GRID as f64,
-                panel.height / GRID as f64,
-                colour(cell(i, j)),
-                0.12,
-            );
+        let mut start = 0;
+        for i in 1..=GRID {
+            if i == GRID || cell(i, j) != cell(start, j) {
+                let (px, py) = (
+                    panel.px(x0 + start as f64 * dx),
+                    panel.py(y0 + (j + 1) as f64 * dy),
+                );
+                let w = (i - start) as f64 * panel.width / GRID as f64;
+                svg.rect(
+                    px,
+                    py,
+                    w,
+                    panel.height / GRID as f64,
+                    colour(cell(start, j)),
+                    0.12,
+                );
+                start = i;
+            }
         }
     }
     // Boundary: edges between cells of different predicted class.

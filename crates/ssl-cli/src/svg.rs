@@ -76,6 +76,17 @@ fn ticks(range: (f64, f64)) -> Vec<f64> {
     out
 }
 
+/// A tick value printed with as many decimals as the tick step needs (no float noise).
+fn tick_label(t: f64, all: &[f64]) -> String {
+    let step = if all.len() > 1 {
+        (all[1] - all[0]).abs()
+    } else {
+        1.0
+    };
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    format!("{t:.decimals$}")
+}
+
 impl Svg {
     /// An empty white canvas.
     pub fn new(width: f64, height: f64) -> Self {
@@ -152,7 +163,8 @@ impl Svg {
             r##"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#333"/>"##,
             p.left, p.top, p.width, p.height
         );
-        for t in ticks(p.x_range) {
+        let xt = ticks(p.x_range);
+        for &t in &xt {
             let x = p.px(t);
             self.polyline(
                 &[(x, p.top + p.height), (x, p.top + p.height + 4.0)],
@@ -160,12 +172,19 @@ impl Svg {
                 1.0,
                 false,
             );
-            self.text(x, p.top + p.height + 16.0, &format!("{t}"), 11.0, "middle");
+            self.text(
+                x,
+                p.top + p.height + 16.0,
+                &tick_label(t, &xt),
+                11.0,
+                "middle",
+            );
         }
-        for t in ticks(p.y_range) {
+        let yt = ticks(p.y_range);
+        for &t in &yt {
             let y = p.py(t);
             self.polyline(&[(p.left - 4.0, y), (p.left, y)], "#333", 1.0, false);
-            self.text(p.left - 7.0, y + 4.0, &format!("{t}"), 11.0, "end");
+            self.text(p.left - 7.0, y + 4.0, &tick_label(t, &yt), 11.0, "end");
         }
         self.text(p.left + p.width / 2.0, p.top - 10.0, title, 14.0, "middle");
         self.text(
@@ -203,6 +222,20 @@ mod tests {
         assert_eq!(ticks((0.0, 10.0)), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         assert_eq!(ticks((-1.3, 4.2)), vec![0.0, 2.0, 4.0]);
         assert_eq!(ticks((-0.05, 0.05)), vec![-0.04, -0.02, 0.0, 0.02, 0.04]);
+    }
+
+    #[test]
+    fn tick_labels_have_no_float_noise() {
+        let t = ticks((0.155, 0.2));
+        assert!(
+            t.iter().all(|v| !tick_label(*v, &t).contains("999")),
+            "{t:?}"
+        );
+        assert_eq!(
+            tick_label(0.19999999999999997, &[0.18, 0.19999999999999997]),
+            "0.20"
+        );
+        assert_eq!(tick_label(4.0, &[0.0, 2.0, 4.0]), "4");
     }
 
     #[test]

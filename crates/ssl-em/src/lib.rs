@@ -36,3 +36,8 @@ pub use report::{EmReport, IterationRecord, LambdaScore};
 
 /// Result alias for this crate.
 pub type Result<T> = std::result::Result<T, EmError>;
+
+/// The README's library example, compiled and run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
