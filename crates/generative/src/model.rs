@@ -134,6 +134,13 @@ pub trait GenerativeClassifier: Send + Sync {
 
     /// ln p(x_i, y = k) for every row and class (n × K), in parallel over fixed chunks.
     fn log_joint(&self, x: MatRef<'_, f64>) -> Result<Mat<f64>> {
+        self.log_joint_then(x, Posterior::Joint)
+    }
+
+    /// Shared body of `log_joint`, `predict_log_proba` and `predict_proba`: the joint of each
+    /// fixed chunk, then (optionally) its normalisation, in the same parallel pass.
+    #[doc(hidden)]
+    fn log_joint_then(&self, x: MatRef<'_, f64>, what: Posterior) -> Result<Mat<f64>> {
         if x.ncols() != self.n_features() {
             return Err(GenerativeError::DimensionMismatch {
                 what: "columns of x vs model features",
@@ -146,29 +153,31 @@ pub trait GenerativeClassifier: Send + Sync {
         out.as_mut()
             .par_row_chunks_mut(CHUNK_ROWS)
             .enumerate()
-            .for_each(|(c, chunk)| {
+            .for_each(|(c, mut chunk)| {
                 let r0 = c * CHUNK_ROWS;
-                self.log_joint_chunk(x.subrows(r0, chunk.nrows()), chunk);
+                self.log_joint_chunk(x.subrows(r0, chunk.nrows()), chunk.as_mut());
+                if what != Posterior::Joint {
+                    normalize_rows(chunk.as_mut());
+                }
+                if what == Posterior::Probability {
+                    for j in 0..chunk.ncols() {
+                        for i in 0..chunk.nrows() {
+                            chunk[(i, j)] = chunk[(i, j)].exp();
+                        }
+                    }
+                }
             });
         Ok(out)
     }
 
     /// ln p(y = k | x_i) (n × K). Never NaN: a row whose joint is −∞ for every class is uniform.
     fn predict_log_proba(&self, x: MatRef<'_, f64>) -> Result<Mat<f64>> {
-        let mut lj = self.log_joint(x)?;
-        normalize_rows(lj.as_mut());
-        Ok(lj)
+        self.log_joint_then(x, Posterior::LogProbability)
     }
 
     /// p(y = k | x_i) (n × K), rows summing to 1.
     fn predict_proba(&self, x: MatRef<'_, f64>) -> Result<Mat<f64>> {
-        let mut p = self.predict_log_proba(x)?;
-        for j in 0..p.ncols() {
-            for v in p.col_as_slice_mut(j) {
-                *v = v.exp();
-            }
-        }
-        Ok(p)
+        self.log_joint_then(x, Posterior::Probability)
     }
 
     /// argmax_k p(y = k | x_i); ties go to the lowest class index.
@@ -184,7 +193,16 @@ pub trait GenerativeClassifier: Send + Sync {
     }
 }
 
-/// Turns every row of log joints into log posteriors, in place; returns nothing.
+/// What `log_joint_then` returns.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Posterior {
+    Joint,
+    LogProbability,
+    Probability,
+}
+
+/// Turns every row of log joints into log posteriors, in place.
 pub fn normalize_rows(mut m: MatMut<'_, f64>) {
     let k = m.ncols();
     let mut row = vec![0.0; k];

@@ -1,8 +1,10 @@
 //! Reading CSV files into feature matrices.
 //!
 //! Rows are parsed in one streaming pass straight into row-major buffers (one for labeled rows,
-//! one for unlabeled), which faer views without copying (`MatRef::from_row_major_slice`). Every
-//! error names the file, the line and the column.
+//! one for unlabeled), which faer views without copying (`MatRef::from_row_major_slice`). The
+//! input is read in fixed blocks that are split at newlines and parsed in parallel, the pieces
+//! appended in file order; quoted input falls back to the `csv` crate. Every error names the
+//! file, the line and the column.
 
 use std::io::Read;
 
@@ -17,7 +19,8 @@ pub struct Rows {
     pub values: Vec<f64>,
     /// 1-based line in the source file of each row.
     pub lines: Vec<u64>,
-    /// Label text of each row (empty for unlabeled rows).
+    /// Label text of each row, for labeled rows read with a label column (empty otherwise:
+    /// unlabeled rows carry no label, which saves memory on large files).
     pub labels: Vec<String>,
     pub n_features: usize,
 }
@@ -63,7 +66,7 @@ pub struct ReadOptions<'a> {
     pub require_label: bool,
 }
 
-fn open(path: &str) -> Result<Box<dyn Read>> {
+fn open(path: &str) -> Result<Box<dyn Read + Send>> {
     if path == "-" {
         return Ok(Box::new(std::io::stdin()));
     }
@@ -73,24 +76,22 @@ fn open(path: &str) -> Result<Box<dyn Read>> {
 
 /// Parses one cell as a finite number, or explains why not.
 fn parse_cell(bytes: &[u8], source: &str, line: u64, column: &str) -> Result<f64> {
-    let text = std::str::from_utf8(bytes).map_err(|_| {
-        CliError::Data(format!(
-            "{source}:{line}: column '{column}' is not valid UTF-8"
-        ))
-    })?;
-    let t = text.trim();
+    let t = bytes.trim_ascii();
     if t.is_empty() {
         return Err(CliError::Data(format!(
             "{source}:{line}: column '{column}' is empty (missing values are not supported)"
         )));
     }
-    match t.parse::<f64>() {
+    let shown = || String::from_utf8_lossy(t).to_string();
+    match fast_float2::parse::<f64, _>(t) {
         Ok(v) if v.is_finite() => Ok(v),
         Ok(_) => Err(CliError::Data(format!(
-            "{source}:{line}: column '{column}' has the non-finite value '{t}'"
+            "{source}:{line}: column '{column}' has the non-finite value '{}'",
+            shown()
         ))),
         Err(_) => Err(CliError::Data(format!(
-            "{source}:{line}: column '{column}' has the non-numeric value '{t}'"
+            "{source}:{line}: column '{column}' has the non-numeric value '{}'",
+            shown()
         ))),
     }
 }
@@ -103,19 +104,23 @@ pub fn read_csv(path: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
 
 /// Reads CSV from any reader (`source` names it in messages).
 pub fn read_csv_from(
-    reader: impl Read,
+    reader: impl Read + Send,
     source: &str,
     options: &ReadOptions<'_>,
 ) -> Result<Dataset> {
+    let mut reader = reader;
+    let mut block = Vec::with_capacity(BLOCK_BYTES);
+    fill_block(&mut reader, &mut block, BLOCK_BYTES).map_err(|e| CliError::io(source, e))?;
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(false)
-        .buffer_capacity(1 << 20)
-        .from_reader(reader);
+        .from_reader(block.as_slice());
     let header = rdr
         .byte_headers()
         .map_err(|e| csv_error(source, e))?
         .clone();
+    let header_end = rdr.position().byte() as usize;
+    let header_lines = rdr.position().line().saturating_sub(1);
     if header.is_empty() || (header.len() == 1 && header[0].is_empty()) {
         return Err(CliError::Data(format!(
             "{source}: missing header row (the first line must name the columns)"
@@ -187,33 +192,332 @@ pub fn read_csv_from(
         n_features: d,
         ..Default::default()
     };
-    let mut record = csv::ByteRecord::new();
-    loop {
-        match rdr.read_byte_record(&mut record) {
-            Ok(false) => break,
-            Ok(true) => {}
-            Err(e) => return Err(csv_error(source, e)),
-        }
-        let line = record.position().map_or(0, |p| p.line());
-        let label = label_idx.map(|i| String::from_utf8_lossy(&record[i]).trim().to_string());
-        let target = match &label {
-            Some(l) if l == options.unlabeled_marker => &mut unlabeled,
-            _ => &mut labeled,
-        };
-        for &j in &feature_idx {
-            target
-                .values
-                .push(parse_cell(&record[j], source, line, &names[j])?);
-        }
-        target.lines.push(line);
-        target.labels.push(label.unwrap_or_default());
-    }
+    let layout = Layout {
+        source,
+        names: &names,
+        label_idx,
+        feature_idx: &feature_idx,
+        marker: options.unlabeled_marker,
+    };
+    read_body(
+        &mut reader,
+        block,
+        header_end,
+        header_lines,
+        &layout,
+        &mut labeled,
+        &mut unlabeled,
+    )?;
     Ok(Dataset {
         source: source.to_string(),
         features: feature_idx.iter().map(|i| names[*i].clone()).collect(),
         labeled,
         unlabeled,
     })
+}
+
+/// Bytes read per block. Each block is split at newlines and parsed in parallel; partial results
+/// are appended in order, so the rows keep the file's order.
+const BLOCK_BYTES: usize = 8 << 20;
+
+/// Where the columns are.
+struct Layout<'a> {
+    source: &'a str,
+    names: &'a [String],
+    label_idx: Option<usize>,
+    feature_idx: &'a [usize],
+    marker: &'a str,
+}
+
+impl Layout<'_> {
+    /// Parses one record's cells into `labeled` or `unlabeled`.
+    fn take(
+        &self,
+        cells: &[&[u8]],
+        line: u64,
+        labeled: &mut Rows,
+        unlabeled: &mut Rows,
+    ) -> Result<()> {
+        if cells.len() != self.names.len() {
+            return Err(CliError::Data(format!(
+                "{}:{line}: expected {} fields (as in the header), found {}",
+                self.source,
+                self.names.len(),
+                cells.len()
+            )));
+        }
+        // Compare the label with the marker before allocating: most rows may be unlabeled.
+        let raw = self.label_idx.map(|i| cells[i].trim_ascii());
+        let is_unlabeled = raw.is_some_and(|r| r == self.marker.as_bytes());
+        let label = raw
+            .filter(|_| !is_unlabeled)
+            .map(|r| String::from_utf8_lossy(r).into_owned());
+        let target = if is_unlabeled { unlabeled } else { labeled };
+        for &j in self.feature_idx {
+            target
+                .values
+                .push(parse_cell(cells[j], self.source, line, &self.names[j])?);
+        }
+        target.lines.push(line);
+        if let Some(l) = label {
+            target.labels.push(l);
+        }
+        Ok(())
+    }
+}
+
+/// Reads until `block` holds `want` bytes or the input ends.
+fn fill_block(reader: &mut impl Read, block: &mut Vec<u8>, want: usize) -> std::io::Result<()> {
+    let start = block.len();
+    block.resize(start + want, 0);
+    let mut filled = start;
+    while filled < block.len() {
+        match reader.read(&mut block[filled..]) {
+            Ok(0) => break,
+            Ok(k) => filled += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    block.truncate(filled);
+    Ok(())
+}
+
+/// Parses the records after the header. A reader thread fills fixed blocks while this thread
+/// parses the previous ones (in parallel pieces). Blocks without quote characters take the fast
+/// path (split at newlines and commas); from the first quote on, the `csv` crate parses the rest
+/// sequentially, so quoted fields are always read correctly.
+fn read_body(
+    reader: &mut (impl Read + Send),
+    first: Vec<u8>,
+    start: usize,
+    header_lines: u64,
+    layout: &Layout<'_>,
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+) -> Result<()> {
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
+        scope.spawn(move || {
+            loop {
+                let mut block = Vec::with_capacity(BLOCK_BYTES);
+                let sent = match fill_block(reader, &mut block, BLOCK_BYTES) {
+                    Ok(()) if block.is_empty() => break,
+                    Ok(()) => tx.send(Ok(block)),
+                    Err(e) => tx.send(Err(e)),
+                };
+                if sent.is_err() {
+                    break;
+                }
+            }
+        });
+        let mut carry = first[start..].to_vec();
+        drop(first);
+        let mut line = header_lines + 1; // line number of carry[0]
+        let mut reserved = false;
+        loop {
+            let next = rx.recv().ok();
+            let eof = next.is_none();
+            if let Some(block) = next {
+                carry.extend_from_slice(&block.map_err(|e| CliError::io(layout.source, e))?);
+            }
+            if memchr::memchr(b'"', &carry).is_some() {
+                let rest = std::io::Cursor::new(std::mem::take(&mut carry)).chain(ChannelReader {
+                    rx,
+                    block: Vec::new(),
+                    pos: 0,
+                });
+                return read_body_slow(rest, line, layout, labeled, unlabeled);
+            }
+            let end = if eof {
+                carry.len()
+            } else {
+                memchr::memrchr(b'\n', &carry).map_or(0, |p| p + 1)
+            };
+            line = parse_parallel(&carry[..end], line, layout, labeled, unlabeled)?;
+            if !reserved && end > 0 {
+                reserved = true;
+                reserve_for_input(layout, end, labeled, unlabeled);
+            }
+            carry.drain(..end);
+            if eof {
+                return Ok(());
+            }
+        }
+    })
+}
+
+/// Reads the blocks still coming from the reader thread (for the `csv` fallback).
+struct ChannelReader {
+    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    block: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos == self.block.len() {
+            match self.rx.recv() {
+                Ok(block) => {
+                    self.block = block?;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let k = buf.len().min(self.block.len() - self.pos);
+        buf[..k].copy_from_slice(&self.block[self.pos..self.pos + k]);
+        self.pos += k;
+        Ok(k)
+    }
+}
+
+/// Reserves the row buffers for the whole file once, from the bytes per row seen so far, so they
+/// do not double (and transiently need three times the data) while growing.
+fn reserve_for_input(
+    layout: &Layout<'_>,
+    bytes_seen: usize,
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+) {
+    let Some(total) = input_len_hint(layout.source) else {
+        return;
+    };
+    let rows_seen = (labeled.len() + unlabeled.len()).max(1) as f64;
+    let est_rows = (total as f64 / bytes_seen.max(1) as f64 * rows_seen * 1.02) as usize;
+    let d = layout.feature_idx.len();
+    let est_l = (est_rows as f64 * labeled.len() as f64 / rows_seen) as usize;
+    labeled
+        .values
+        .reserve(est_l.saturating_sub(labeled.len()) * d);
+    unlabeled.values.reserve(
+        est_rows
+            .saturating_sub(est_l)
+            .saturating_sub(unlabeled.len())
+            * d,
+    );
+}
+
+/// File size for capacity estimates (None for standard input).
+fn input_len_hint(source: &str) -> Option<u64> {
+    (source != "-")
+        .then(|| std::fs::metadata(source).ok().map(|m| m.len()))
+        .flatten()
+}
+
+/// Parses complete lines (no quotes) in parallel; returns the line number after them.
+fn parse_parallel(
+    data: &[u8],
+    first_line: u64,
+    layout: &Layout<'_>,
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+) -> Result<u64> {
+    use rayon::prelude::*;
+    if data.is_empty() {
+        return Ok(first_line);
+    }
+    // Split into pieces at newlines; each piece knows its first line number.
+    let pieces_wanted = rayon::current_num_threads() * 4;
+    let target = data.len().div_ceil(pieces_wanted).max(1 << 16);
+    let mut cuts: Vec<&[u8]> = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() {
+        let cut = if rest.len() <= target {
+            rest.len()
+        } else {
+            memchr::memchr(b'\n', &rest[target..]).map_or(rest.len(), |p| target + p + 1)
+        };
+        let (piece, after) = rest.split_at(cut);
+        cuts.push(piece);
+        rest = after;
+    }
+    // Line numbers of the pieces: newline counts in parallel, then a prefix sum.
+    let counts: Vec<u64> = cuts
+        .par_iter()
+        .map(|p| memchr::memchr_iter(b'\n', p).count() as u64)
+        .collect();
+    let mut line = first_line;
+    let mut pieces: Vec<(&[u8], u64)> = Vec::with_capacity(cuts.len());
+    for (piece, count) in cuts.iter().zip(&counts) {
+        pieces.push((piece, line));
+        line += count;
+    }
+    let d = layout.feature_idx.len();
+    let parts: Vec<Result<(Rows, Rows)>> = pieces
+        .par_iter()
+        .map(|&(piece, mut line)| {
+            let mut l = Rows {
+                n_features: d,
+                ..Default::default()
+            };
+            let mut u = Rows {
+                n_features: d,
+                ..Default::default()
+            };
+            let mut cells: Vec<&[u8]> = Vec::with_capacity(layout.names.len());
+            // One SIMD scan finds every comma and newline of the piece.
+            let mut start = 0;
+            let mut finish_row = |cells: &mut Vec<&[u8]>, line: u64| -> Result<()> {
+                if let Some(last) = cells.last_mut() {
+                    *last = last.strip_suffix(b"\r").unwrap_or(last);
+                }
+                let blank = cells.len() == 1 && cells[0].is_empty();
+                if !blank {
+                    layout.take(cells, line, &mut l, &mut u)?;
+                }
+                cells.clear();
+                Ok(())
+            };
+            for pos in memchr::memchr2_iter(b',', b'\n', piece) {
+                cells.push(&piece[start..pos]);
+                start = pos + 1;
+                if piece[pos] == b'\n' {
+                    finish_row(&mut cells, line)?;
+                    line += 1;
+                }
+            }
+            if start < piece.len() {
+                cells.push(&piece[start..]);
+                finish_row(&mut cells, line)?;
+            }
+            Ok((l, u))
+        })
+        .collect();
+    for part in parts {
+        let (l, u) = part?;
+        for (dst, src) in [(&mut *labeled, l), (&mut *unlabeled, u)] {
+            dst.values.extend_from_slice(&src.values);
+            dst.lines.extend_from_slice(&src.lines);
+            dst.labels.extend(src.labels);
+        }
+    }
+    Ok(line)
+}
+
+/// The `csv` crate's parser for input with quotes, starting at `first_line`.
+fn read_body_slow(
+    input: impl Read,
+    first_line: u64,
+    layout: &Layout<'_>,
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+) -> Result<()> {
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(input);
+    let mut record = csv::ByteRecord::new();
+    loop {
+        match rdr.read_byte_record(&mut record) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {}
+            Err(e) => return Err(csv_error(layout.source, e)),
+        }
+        let line = first_line + record.position().map_or(1, |p| p.line()) - 1;
+        let cells: Vec<&[u8]> = record.iter().collect();
+        layout.take(&cells, line, labeled, unlabeled)?;
+    }
 }
 
 fn csv_error(source: &str, e: csv::Error) -> CliError {
@@ -295,6 +599,58 @@ mod tests {
         assert_eq!(d.labeled.lines, vec![2, 4]);
         assert_eq!(d.unlabeled.values, vec![3.0, 4.0]);
         assert_eq!(d.labeled.matrix()[(1, 0)], 5.0);
+    }
+
+    /// A file of several blocks: n rows "i,i/2,label" with every third row unlabeled.
+    fn big(n: usize) -> String {
+        let mut t = String::from("a,b,y\n");
+        for i in 0..n {
+            let label = if i % 3 == 0 { "" } else { "k" };
+            t.push_str(&format!("{i},{}.5,{label}\r\n", i / 2));
+        }
+        t
+    }
+
+    #[test]
+    fn files_larger_than_a_block_keep_every_row_in_order() {
+        let n = 900_000; // about 15 MB, two blocks
+        let text = big(n);
+        assert!(text.len() > BLOCK_BYTES);
+        let d = read(&text, Some("y")).unwrap();
+        assert_eq!(d.labeled.len() + d.unlabeled.len(), n);
+        assert_eq!(d.unlabeled.len(), n.div_ceil(3));
+        let (u, l) = (d.unlabeled.matrix(), d.labeled.matrix());
+        for (r, i) in (0..n).filter(|i| i % 3 == 0).enumerate() {
+            assert_eq!(u[(r, 0)], i as f64);
+            assert_eq!(d.unlabeled.lines[r], i as u64 + 2);
+        }
+        let last = (0..n).rev().find(|i| i % 3 != 0).unwrap();
+        assert_eq!(l[(l.nrows() - 1, 0)], last as f64);
+        assert_eq!(l[(l.nrows() - 1, 1)], (last / 2) as f64 + 0.5);
+        assert_eq!(*d.labeled.lines.last().unwrap(), last as u64 + 2);
+    }
+
+    #[test]
+    fn errors_past_the_first_block_name_the_right_line() {
+        let mut text = big(900_000);
+        text.push_str("1,oops,k\n");
+        let e = read(&text, Some("y")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t.csv:900002: column 'b' has the non-numeric value 'oops'"
+        );
+    }
+
+    #[test]
+    fn quoted_fields_after_the_first_block_use_the_csv_parser() {
+        let mut text = big(600_000);
+        text.push_str("\"7\",\"8.25\",\"a, quoted label\"\n9,10,k\n");
+        let d = read(&text, Some("y")).unwrap();
+        let l = d.labeled.matrix();
+        let n = l.nrows();
+        assert_eq!((l[(n - 2, 0)], l[(n - 2, 1)]), (7.0, 8.25));
+        assert_eq!(d.labeled.labels[n - 2], "a, quoted label");
+        assert_eq!(d.labeled.lines[n - 1], 600_003);
     }
 
     #[test]

@@ -137,9 +137,6 @@ fn read_training(args: &FitArgs) -> Result<(Dataset, Vec<String>)> {
             .values
             .extend_from_slice(&more.labeled.values);
         data.unlabeled.lines.extend_from_slice(&more.labeled.lines);
-        data.unlabeled
-            .labels
-            .extend(std::iter::repeat_n(String::new(), more.labeled.len()));
         sources.push(extra.clone());
     }
     Ok((data, sources))

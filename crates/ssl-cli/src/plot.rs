@@ -326,7 +326,9 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
     let mut labeled_flags = Vec::new();
     for (rows, labeled) in [(&data.unlabeled, false), (&data.labeled, true)] {
         x_all.extend_from_slice(&rows.values);
-        labeled_flags.extend(rows.labels.iter().map(|l| labeled && !l.is_empty()));
+        labeled_flags.extend(
+            (0..rows.len()).map(|i| labeled && rows.labels.get(i).is_some_and(|l| !l.is_empty())),
+        );
     }
     let d = file.features.len();
     let n = labeled_flags.len();
