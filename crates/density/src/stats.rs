@@ -147,37 +147,33 @@ impl SufficientStats {
             self.weight = 0.0;
             return;
         }
+        // Columns as contiguous slices (copied once when x is row-major), so the loops below
+        // vectorise.
+        let mut scratch = Vec::new();
         for j in 0..d {
-            let col = x.col(j);
-            let mut acc = 0.0;
-            for (i, w) in weights.iter().enumerate() {
-                acc += w * col[i];
-            }
+            let col = column(x, j, &mut scratch);
+            let acc: f64 = weights.iter().zip(col).map(|(w, v)| w * v).sum();
             self.mean[j] = acc / total;
         }
         match self.kind {
             ScatterKind::Diagonal => {
                 for j in 0..d {
-                    let col = x.col(j);
                     let m = self.mean[j];
-                    let mut acc = 0.0;
-                    for (i, w) in weights.iter().enumerate() {
-                        let c = col[i] - m;
-                        acc += w * c * c;
-                    }
-                    self.scatter[j] = acc;
+                    let col = column(x, j, &mut scratch);
+                    self.scatter[j] = weights.iter().zip(col).map(|(w, v)| w * (v - m) * (v - m)).sum();
                 }
             }
             ScatterKind::Full => {
                 if buffer.nrows() != n || buffer.ncols() != d {
                     *buffer = Mat::zeros(n, d);
                 }
+                let sqrt_w: Vec<f64> = weights.iter().map(|w| w.sqrt()).collect();
                 for j in 0..d {
-                    let col = x.col(j);
                     let m = self.mean[j];
+                    let col = column(x, j, &mut scratch);
                     let out = buffer.col_as_slice_mut(j);
-                    for (i, w) in weights.iter().enumerate() {
-                        out[i] = w.sqrt() * (col[i] - m);
+                    for ((o, sw), v) in out.iter_mut().zip(&sqrt_w).zip(col) {
+                        *o = sw * (v - m);
                     }
                 }
                 let mut s = faer::MatMut::from_column_major_slice_mut(&mut self.scatter, d, d);
@@ -228,6 +224,19 @@ impl SufficientStats {
                 ScatterKind::Diagonal => self.scatter[i] / self.weight,
             })
             .collect())
+    }
+}
+
+/// Column `j` of `x` as a contiguous slice: borrowed when it already is one, else copied into
+/// `scratch`.
+fn column<'a>(x: MatRef<'a, f64>, j: usize, scratch: &'a mut Vec<f64>) -> &'a [f64] {
+    match x.col(j).try_as_col_major() {
+        Some(c) => c.as_slice(),
+        None => {
+            scratch.clear();
+            scratch.extend((0..x.nrows()).map(|i| x[(i, j)]));
+            scratch
+        }
     }
 }
 
