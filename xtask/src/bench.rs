@@ -603,9 +603,14 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
 /// Five semi-supervised EM iterations of QDA at n = 1,000,000 (to run under a profiler).
 pub fn profile_em(d: usize, k: usize) -> Result<(), String> {
     let (x, y) = gaussian_data(1_000_000, d, k, 0);
-    let spec = GaussianParams::with_structure(CovarianceStructure::Full).check().map_err(|e| e.to_string())?;
+    let spec = GaussianParams::with_structure(CovarianceStructure::Full)
+        .check()
+        .map_err(|e| e.to_string())?;
     let t = Instant::now();
     let per_iter = em_iteration(&spec, x.as_ref(), &y, k, 1)?;
-    eprintln!("d={d} k={k}: {per_iter:.3} s per EM iteration ({:.1} s in all)", t.elapsed().as_secs_f64());
+    eprintln!(
+        "d={d} k={k}: {per_iter:.3} s per EM iteration ({:.1} s in all)",
+        t.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -37,7 +37,10 @@ fn main() -> ExitCode {
             reproduce::generate(name, out)
         }
         Some("bench") => bench::run(flag("--quick"), flag("--compare")),
-        Some("profile-em") => bench::profile_em(args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16), args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10)),
+        Some("profile-em") => bench::profile_em(
+            args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16),
+            args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10),
+        ),
         _ => return usage(),
     };
     match result {

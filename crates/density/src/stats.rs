@@ -160,7 +160,11 @@ impl SufficientStats {
                 for j in 0..d {
                     let m = self.mean[j];
                     let col = column(x, j, &mut scratch);
-                    self.scatter[j] = weights.iter().zip(col).map(|(w, v)| w * (v - m) * (v - m)).sum();
+                    self.scatter[j] = weights
+                        .iter()
+                        .zip(col)
+                        .map(|(w, v)| w * (v - m) * (v - m))
+                        .sum();
                 }
             }
             ScatterKind::Full => {

@@ -535,6 +535,12 @@ impl GaussianClassifier {
     }
 }
 
+/// The chunk as a column-major matrix (copied once when it is not already one), so per-class
+/// loops read contiguous columns.
+fn contiguous_columns(x: MatRef<'_, f64>) -> Mat<f64> {
+    x.to_owned()
+}
+
 impl GenerativeClassifier for GaussianClassifier {
     fn n_classes(&self) -> usize {
         self.n_classes
@@ -620,12 +626,18 @@ impl GenerativeClassifier for GaussianClassifier {
             .collect();
         match self.structure {
             CovarianceStructure::Full => {
-                let mut z = Mat::<f64>::zeros(d, b);
+                // z holds the centred rows (b × d, column-major, so filling is contiguous); the
+                // solve runs on its transpose, L zᵀ = (x − μ)ᵀ.
+                let x_cols = contiguous_columns(x);
+                let mut z = Mat::<f64>::zeros(b, d);
+                let mut norms = vec![0.0; b];
                 for c in 0..k {
                     let mu = &self.means[c * d..(c + 1) * d];
-                    for i in 0..b {
-                        for j in 0..d {
-                            z[(j, i)] = x[(i, j)] - mu[j];
+                    for j in 0..d {
+                        let m = mu[j];
+                        for (zi, xi) in z.col_as_slice_mut(j).iter_mut().zip(x_cols.col_as_slice(j))
+                        {
+                            *zi = xi - m;
                         }
                     }
                     let l = MatRef::from_column_major_slice(
@@ -633,9 +645,15 @@ impl GenerativeClassifier for GaussianClassifier {
                         d,
                         d,
                     );
-                    solve_lower_triangular_in_place(l, z.as_mut(), Par::Seq);
-                    for i in 0..b {
-                        out[(i, c)] = log_norm[c] - 0.5 * z.col(i).squared_norm_l2();
+                    solve_lower_triangular_in_place(l, z.as_mut().transpose_mut(), Par::Seq);
+                    norms.iter_mut().for_each(|v| *v = 0.0);
+                    for j in 0..d {
+                        for (v, zi) in norms.iter_mut().zip(z.col_as_slice(j)) {
+                            *v += zi * zi;
+                        }
+                    }
+                    for (i, v) in norms.iter().enumerate() {
+                        out[(i, c)] = log_norm[c] - 0.5 * v;
                     }
                 }
             }

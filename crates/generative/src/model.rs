@@ -141,6 +141,19 @@ pub trait GenerativeClassifier: Send + Sync {
     /// fixed chunk, then (optionally) its normalisation, in the same parallel pass.
     #[doc(hidden)]
     fn log_joint_then(&self, x: MatRef<'_, f64>, what: Posterior) -> Result<Mat<f64>> {
+        let mut out = Mat::zeros(x.nrows(), self.n_classes());
+        self.log_joint_into(x, out.as_mut(), what)?;
+        Ok(out)
+    }
+
+    /// As `log_joint` (or the posteriors, by `what`), written into `out` (n × K) so that a loop
+    /// such as EM can reuse one buffer across iterations.
+    fn log_joint_into(
+        &self,
+        x: MatRef<'_, f64>,
+        out: MatMut<'_, f64>,
+        what: Posterior,
+    ) -> Result<()> {
         if x.ncols() != self.n_features() {
             return Err(GenerativeError::DimensionMismatch {
                 what: "columns of x vs model features",
@@ -148,10 +161,15 @@ pub trait GenerativeClassifier: Send + Sync {
                 got: x.ncols(),
             });
         }
+        if out.nrows() != x.nrows() || out.ncols() != self.n_classes() {
+            return Err(GenerativeError::DimensionMismatch {
+                what: "output rows × classes",
+                expected: x.nrows() * self.n_classes(),
+                got: out.nrows() * out.ncols(),
+            });
+        }
         self.check_input(x)?;
-        let mut out = Mat::zeros(x.nrows(), self.n_classes());
-        out.as_mut()
-            .par_row_chunks_mut(CHUNK_ROWS)
+        out.par_row_chunks_mut(CHUNK_ROWS)
             .enumerate()
             .for_each(|(c, mut chunk)| {
                 let r0 = c * CHUNK_ROWS;
@@ -167,7 +185,7 @@ pub trait GenerativeClassifier: Send + Sync {
                     }
                 }
             });
-        Ok(out)
+        Ok(())
     }
 
     /// ln p(y = k | x_i) (n × K). Never NaN: a row whose joint is −∞ for every class is uniform.
@@ -193,12 +211,14 @@ pub trait GenerativeClassifier: Send + Sync {
     }
 }
 
-/// What `log_joint_then` returns.
-#[doc(hidden)]
+/// What [`GenerativeClassifier::log_joint_into`] writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Posterior {
+    /// ln p(x, y = k)
     Joint,
+    /// ln p(y = k | x)
     LogProbability,
+    /// p(y = k | x)
     Probability,
 }
 

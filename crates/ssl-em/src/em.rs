@@ -11,6 +11,7 @@ use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
 use density::numerics::log_sum_exp;
+use generative::model::Posterior;
 use generative::parallel::CHUNK_ROWS;
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
@@ -203,6 +204,9 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let class_range = |k: usize| offsets[k]..offsets[k + 1];
         let mut resp_l = Mat::<f64>::zeros(x_l.nrows(), kc);
         let mut resp_u = Mat::<f64>::zeros(x_u.nrows(), kc);
+        // Buffers reused by every E-step.
+        let mut lj_l = Mat::<f64>::zeros(x_l.nrows(), kc);
+        let mut lj_u = Mat::<f64>::zeros(x_u.nrows(), kc);
 
         // Initial θ: the labeled-only fit, split into components by k-means where m_k > 1.
         let mut model =
@@ -216,8 +220,12 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let hard = self.params.mode == EmMode::Hard;
         let (log_lik, posteriors) = loop {
             // E-step at the current θ, which also evaluates L(θ).
-            let lj_l = model.components().log_joint(x_l)?;
-            let lj_u = model.components().log_joint(x_u)?;
+            model
+                .components()
+                .log_joint_into(x_l, lj_l.as_mut(), Posterior::Joint)?;
+            model
+                .components()
+                .log_joint_into(x_u, lj_u.as_mut(), Posterior::Joint)?;
             let labeled = estep(
                 lj_l.as_ref(),
                 resp_l.as_mut(),
@@ -459,13 +467,22 @@ where
                     acc += max.max(-f64::MAX);
                     r[(i, range.start + best)] = scale;
                 } else {
-                    let lse = log_sum_exp(&buf);
-                    acc += lse.max(-f64::MAX);
-                    if lse.is_finite() {
-                        for (c, v) in range.clone().zip(&buf) {
-                            r[(i, c)] = scale * (v - lse).exp();
+                    // One exponential per entry: e_c = exp(v_c − max), lse = max + ln Σ e_c,
+                    // responsibility = scale · e_c / Σ e_c.
+                    let max = buf.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    if max.is_finite() {
+                        let mut sum = 0.0;
+                        for v in buf.iter_mut() {
+                            *v = (*v - max).exp();
+                            sum += *v;
+                        }
+                        acc += max + sum.ln();
+                        let factor = scale / sum;
+                        for (c, e) in range.clone().zip(&buf) {
+                            r[(i, c)] = factor * e;
                         }
                     } else {
+                        acc += log_sum_exp(&buf).max(-f64::MAX);
                         let n = range.len() as f64;
                         for c in range {
                             r[(i, c)] = scale / n;
