@@ -152,7 +152,7 @@ impl SufficientStats {
         let mut scratch = Vec::new();
         for j in 0..d {
             let col = column(x, j, &mut scratch);
-            let acc: f64 = weights.iter().zip(col).map(|(w, v)| w * v).sum();
+            let acc = crate::numerics::dot(weights, col);
             self.mean[j] = acc / total;
         }
         match self.kind {
@@ -160,11 +160,7 @@ impl SufficientStats {
                 for j in 0..d {
                     let m = self.mean[j];
                     let col = column(x, j, &mut scratch);
-                    self.scatter[j] = weights
-                        .iter()
-                        .zip(col)
-                        .map(|(w, v)| w * (v - m) * (v - m))
-                        .sum();
+                    self.scatter[j] = crate::numerics::weighted_sum_sq(weights, col, m);
                 }
             }
             ScatterKind::Full => {
