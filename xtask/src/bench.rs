@@ -196,7 +196,8 @@ fn classifier_rows<S: WeightedFit>(
     Ok(())
 }
 
-/// Seconds per EM iteration: (time of 3 iterations − time of 1) / 2, all rows unlabeled but 2d + 5 per class (enough for a labeled-only QDA start).
+/// Seconds per EM iteration: (time of 3 iterations − time of 1) / 2 with tol = 0 (so exactly
+/// that many iterations run), all rows unlabeled but 2d + 5 per class (enough for a labeled-only QDA start).
 fn em_iteration<S: WeightedFit + Clone>(
     spec: &S,
     x: MatRef<'_, f64>,
@@ -607,6 +608,31 @@ pub fn profile_em(d: usize, k: usize) -> Result<(), String> {
         .check()
         .map_err(|e| e.to_string())?;
     let t = Instant::now();
+    // Check that the timed runs really iterate (no early stop, no collapsed component).
+    let xl = Mat::from_fn(k * (2 * d + 5), d, |i, j| x[(i, j)]);
+    let yl: Vec<usize> = y[..k * (2 * d + 5)].to_vec();
+    let em = SemiSupervisedEm::new(
+        spec.clone(),
+        EmParams {
+            max_iter: 3,
+            tol: 0.0,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let fit = em
+        .fit(xl.as_ref(), &yl, k, x.as_ref())
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "3-iteration run: {} iterations, warnings {:?}, objective trace {:?}",
+        fit.report.iterations,
+        fit.report.warnings,
+        fit.report
+            .trace
+            .iter()
+            .map(|t| t.objective)
+            .collect::<Vec<_>>()
+    );
     let per_iter = em_iteration(&spec, x.as_ref(), &y, k, 1)?;
     eprintln!(
         "d={d} k={k}: {per_iter:.3} s per EM iteration ({:.1} s in all)",

@@ -96,7 +96,8 @@ pub struct FitArgs {
     /// Maximum EM iterations.
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub max_iter: usize,
-    /// Relative change of the objective at which EM stops.
+    /// EM stops when the objective changes by less than this, relatively (0: run --max-iter
+    /// iterations).
     #[arg(long, default_value_t = 1e-6, value_name = "TOL")]
     pub tol: f64,
     /// Ridge added to covariance diagonals (LDA, QDA, Gaussian NB).

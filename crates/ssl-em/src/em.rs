@@ -255,8 +255,10 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             let assign = hard.then(|| generative::model::argmax_rows(lj_u.as_ref()));
             let stalled = match previous {
                 Some(prev) => {
-                    (objective - prev).abs() <= self.params.tol * objective.abs()
-                        || (hard && assign == previous_assign)
+                    // Strictly below tol (as scikit-learn): tol = 0 runs exactly max_iter.
+                    self.params.tol > 0.0
+                        && ((objective - prev).abs() < self.params.tol * objective.abs()
+                            || (hard && assign == previous_assign))
                 }
                 None => false,
             };

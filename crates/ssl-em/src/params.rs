@@ -58,7 +58,8 @@ pub struct EmParams {
     pub mode: EmMode,
     /// Upper bound on M-steps (default 200). Reaching it is reported, not an error.
     pub max_iter: usize,
-    /// Stop when |L_t − L_{t−1}| ≤ tol · |L_t| (default 1e-6).
+    /// Stop when |L_t − L_{t−1}| < tol · |L_t| (default 1e-6); 0 runs exactly `max_iter`
+    /// iterations.
     pub tol: f64,
     /// Components per class (default 1).
     pub components: Components,
