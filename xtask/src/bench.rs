@@ -236,7 +236,7 @@ fn em_iteration<S: WeightedFit + Clone>(
 }
 
 /// Runs the benchmarks and writes `target/bench/report.md`.
-pub fn run(quick: bool, compare: bool) -> Result<(), String> {
+pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
     let out = crate::root().join("target").join("bench");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
     let ns: &[usize] = if quick {
@@ -258,7 +258,11 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
 
     let mut rows: Vec<Row> = Vec::new();
     // Multivariate normal log-pdf throughput over 1,000,000 rows.
-    for &d in &[2usize, 16, 64] {
+    for &d in if csv_only {
+        &[][..]
+    } else {
+        &[2usize, 16, 64][..]
+    } {
         let n = if quick { 100_000 } else { 1_000_000 };
         let (x, _) = gaussian_data(n, d, 2, 1);
         let cov = Mat::from_fn(d, d, |i, j| {
@@ -288,7 +292,7 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
             flops: Some(n as f64 * d as f64 * d as f64),
         });
     }
-    for &n in ns {
+    for &n in if csv_only { &[][..] } else { ns } {
         for &d in ds {
             for &k in ks {
                 // One timed run (after a warm-up) for the million-row cells keeps the run short.
@@ -400,7 +404,7 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
     }
     // CSV: loading and `ssl-cli fit` end to end.
     let csv_n = if quick { 100_000 } else { 1_000_000 };
-    let csv_path = out.join(format!("data_{csv_n}x16.csv"));
+    let csv_path = out.join(format!("data_{csv_n}x16_v2.csv"));
     if !csv_path.exists() {
         let (x, y) = gaussian_data(csv_n, 16, 2, 5);
         let mut text = String::with_capacity(csv_n * 320);
@@ -415,8 +419,8 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
             for j in 0..16 {
                 let _ = write!(text, "{:?},", x[(i, j)]);
             }
-            // 1% labeled, the rest unlabeled.
-            if i % 100 == 0 {
+            // 1% labeled (rows 0 and 1 of every hundred, so both classes occur), the rest unlabeled.
+            if i % 100 < 2 {
                 let _ = write!(text, "{}", y[i]);
             }
             text.push('\n');
@@ -465,7 +469,10 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
                         .unwrap_or(0),
                 );
             }
-            if child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+                if !status.success() {
+                    return Err(format!("ssl-cli fit failed on {path_str} ({status})"));
+                }
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -496,7 +503,7 @@ pub fn run(quick: bool, compare: bool) -> Result<(), String> {
             .file_name()
             .map_or(String::new(), |f| f.to_string_lossy().to_string())
     );
-    if compare {
+    if compare && !csv_only {
         let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
         let script = crate::root()
             .join("..")

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare]     benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)",
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)",
         reproduce::SCENARIOS.join(", ")
     );
     ExitCode::from(2)
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             };
             reproduce::generate(name, out)
         }
-        Some("bench") => bench::run(flag("--quick"), flag("--compare")),
+        Some("bench") => bench::run(flag("--quick"), flag("--compare"), flag("--csv-only")),
         Some("profile-em") => bench::profile_em(
             args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16),
             args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10),

@@ -16,6 +16,9 @@ use faer::{Accum, Mat, MatRef, Par};
 
 use crate::{DensityError, Result};
 
+/// Rows per chunk in [`SufficientStats::from_rows`].
+const FROM_ROWS_CHUNK: usize = 8192;
+
 /// Combine two summaries of disjoint data into the summary of their union.
 pub trait Mergeable {
     /// `self ← self ∪ other`.
@@ -114,8 +117,9 @@ impl SufficientStats {
         self.weight = new_weight;
     }
 
-    /// Statistics of the rows of `x` (n × d) with per-row weights, in two passes: the weighted
-    /// mean, then the centred scatter as one matrix product `(√w ∘ (X - mean))ᵀ (√w ∘ (X - mean))`.
+    /// Statistics of the rows of `x` (n × d) with per-row weights: per fixed chunk of rows, the
+    /// weighted mean, then the centred scatter as one matrix product
+    /// `(√w ∘ (X - mean))ᵀ (√w ∘ (X - mean))`; chunks are merged in order.
     ///
     /// Uses `Par::Seq`: callers parallelise over fixed chunks and merge in order, which keeps
     /// results bit-identical across thread counts.
@@ -128,9 +132,19 @@ impl SufficientStats {
                 got: weights.len(),
             });
         }
+        // Fixed chunks merged in order: the scratch buffer stays chunk × d whatever n is.
         let mut buffer = Mat::<f64>::zeros(0, 0);
         let mut out = Self::new(d, kind);
-        out.accumulate_rows(x, weights, &mut buffer);
+        let mut part = Self::new(d, kind);
+        for start in (0..n).step_by(FROM_ROWS_CHUNK) {
+            let len = FROM_ROWS_CHUNK.min(n - start);
+            part.accumulate_rows(
+                x.subrows(start, len),
+                &weights[start..start + len],
+                &mut buffer,
+            );
+            out.merge(&part);
+        }
         Ok(out)
     }
 

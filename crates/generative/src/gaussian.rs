@@ -25,7 +25,9 @@ use density::regularize::{
 };
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
-use crate::model::{Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows};
+use crate::model::{
+    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
+};
 use crate::parallel::{check_chunk, check_sets, map_chunks, resp_column};
 use crate::{GenerativeError, Result};
 
@@ -559,7 +561,7 @@ impl GenerativeClassifier for GaussianClassifier {
             CovarianceStructure::Spherical => k,
             CovarianceStructure::TiedDiagonal => d,
         };
-        k * d + cov + if self.priors_fixed { 0 } else { k - 1 }
+        k * d + cov + prior_parameters(k, self.priors_fixed)
     }
 
     fn validate(&self) -> Result<()> {

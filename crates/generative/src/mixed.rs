@@ -15,7 +15,9 @@ use density::family::{ExponentialFamily, MleOptions, WeightedSums};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 use density::{Bernoulli, Categorical, Exponential, Gaussian, Poisson};
 
-use crate::model::{Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows};
+use crate::model::{
+    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
+};
 use crate::parallel::{check_chunk, check_sets, map_chunks};
 use crate::{GenerativeError, Result};
 
@@ -327,11 +329,7 @@ impl GenerativeClassifier for MixedNaiveBayes {
             .iter()
             .map(FeatureDensity::n_parameters)
             .sum::<usize>()
-            + if self.priors_fixed {
-                0
-            } else {
-                self.n_classes - 1
-            }
+            + prior_parameters(self.n_classes, self.priors_fixed)
     }
     fn validate(&self) -> Result<()> {
         if self.cells.len() != self.n_classes * self.features.len() {

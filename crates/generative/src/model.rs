@@ -71,10 +71,16 @@ impl Priors {
 
     /// Free parameters the priors add to a model (K − 1 when estimated).
     pub fn n_parameters(&self, n_classes: usize) -> usize {
-        match self {
-            Priors::Estimated => n_classes.saturating_sub(1),
-            Priors::Fixed(_) => 0,
-        }
+        prior_parameters(n_classes, matches!(self, Priors::Fixed(_)))
+    }
+}
+
+/// Free parameters of the class priors: K − 1 when estimated, none when fixed.
+pub fn prior_parameters(n_classes: usize, fixed: bool) -> usize {
+    if fixed {
+        0
+    } else {
+        n_classes.saturating_sub(1)
     }
 }
 

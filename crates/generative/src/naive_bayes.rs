@@ -16,7 +16,9 @@
 use faer::linalg::matmul::matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
-use crate::model::{Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows};
+use crate::model::{
+    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
+};
 use crate::parallel::{check_chunk, check_sets, map_chunks};
 use crate::{GenerativeError, Result};
 
@@ -250,12 +252,7 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         self.n_features
     }
     fn n_parameters(&self) -> usize {
-        self.n_classes * self.n_features
-            + if self.priors_fixed {
-                0
-            } else {
-                self.n_classes - 1
-            }
+        self.n_classes * self.n_features + prior_parameters(self.n_classes, self.priors_fixed)
     }
     fn validate(&self) -> Result<()> {
         let kd = self.n_classes * self.n_features;
@@ -408,12 +405,7 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
         self.n_features
     }
     fn n_parameters(&self) -> usize {
-        self.n_classes * (self.n_features - 1)
-            + if self.priors_fixed {
-                0
-            } else {
-                self.n_classes - 1
-            }
+        self.n_classes * (self.n_features - 1) + prior_parameters(self.n_classes, self.priors_fixed)
     }
     fn validate(&self) -> Result<()> {
         check_lengths("log_priors", self.n_classes, self.log_priors.len())?;
@@ -642,11 +634,7 @@ impl GenerativeClassifier for CategoricalNaiveBayes {
             .iter()
             .map(|m| self.n_classes * (m - 1))
             .sum::<usize>()
-            + if self.priors_fixed {
-                0
-            } else {
-                self.n_classes - 1
-            }
+            + prior_parameters(self.n_classes, self.priors_fixed)
     }
     fn validate(&self) -> Result<()> {
         check_lengths("log_priors", self.n_classes, self.log_priors.len())?;

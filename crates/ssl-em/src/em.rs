@@ -191,11 +191,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             n_classes,
             x_u,
         } = *data;
-        let component_class: Vec<usize> = components
-            .iter()
-            .enumerate()
-            .flat_map(|(k, m)| std::iter::repeat_n(k, *m))
-            .collect();
+        let component_class = component_classes(components);
         let kc = component_class.len();
         let mut offsets = vec![0; n_classes + 1];
         for k in 0..n_classes {
@@ -272,17 +268,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             previous = Some(objective);
             previous_assign = assign;
             // M-step: one weighted closed-form fit over both sets.
-            let sets = [
-                WeightedRows {
-                    x: x_l,
-                    resp: resp_l.as_ref(),
-                },
-                WeightedRows {
-                    x: x_u,
-                    resp: resp_u.as_ref(),
-                },
-            ];
-            match self.spec.fit_sets(&sets) {
+            match self.spec.fit_sets(&both_sets(x_l, &resp_l, x_u, &resp_u)) {
                 Ok(next) => {
                     model = ComponentMixture::new(next, component_class.clone(), n_classes)?;
                     iterations += 1;
@@ -325,11 +311,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             x_u,
         } = *data;
         let sup = self.spec.fit(x_l, y_l, n_classes)?;
-        let component_class: Vec<usize> = components
-            .iter()
-            .enumerate()
-            .flat_map(|(k, m)| std::iter::repeat_n(k, *m))
-            .collect();
+        let component_class = component_classes(components);
         if components.iter().all(|m| *m == 1) {
             return Ok(ComponentMixture::new(sup, component_class, n_classes)?);
         }
@@ -385,22 +367,41 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                 resp_u[(i, best)] = lambda;
             }
         }
-        let sets = [
-            WeightedRows {
-                x: x_l,
-                resp: resp_l.as_ref(),
-            },
-            WeightedRows {
-                x: x_u,
-                resp: resp_u.as_ref(),
-            },
-        ];
+        let sets = both_sets(x_l, resp_l, x_u, resp_u);
         Ok(ComponentMixture::new(
             self.spec.fit_sets(&sets)?,
             component_class,
             n_classes,
         )?)
     }
+}
+
+/// Class of each component: m_0 zeros, then m_1 ones, and so on.
+fn component_classes(components: &[usize]) -> Vec<usize> {
+    components
+        .iter()
+        .enumerate()
+        .flat_map(|(k, m)| std::iter::repeat_n(k, *m))
+        .collect()
+}
+
+/// The labeled and unlabeled rows with their responsibilities, as the two sets of one M-step.
+fn both_sets<'a>(
+    x_l: MatRef<'a, f64>,
+    resp_l: &'a Mat<f64>,
+    x_u: MatRef<'a, f64>,
+    resp_u: &'a Mat<f64>,
+) -> [WeightedRows<'a>; 2] {
+    [
+        WeightedRows {
+            x: x_l,
+            resp: resp_l.as_ref(),
+        },
+        WeightedRows {
+            x: x_u,
+            resp: resp_u.as_ref(),
+        },
+    ]
 }
 
 fn check_data(data: &Data<'_>) -> Result<()> {

@@ -47,7 +47,37 @@ fn draw<F: FnMut(usize, &mut ChaCha8Rng) -> Vec<f64>>(
     (x, y)
 }
 
-fn mvn_sampler(dists: Vec<MultivariateNormal>) -> impl FnMut(usize, &mut ChaCha8Rng) -> Vec<f64> {
+/// Labeled and test rows from `task`, unlabeled rows from `unlabeled` (drawn in that order:
+/// labeled, unlabeled, test), `per_class` = (labeled, unlabeled, test) rows per class.
+fn assemble<F, G>(
+    rng: &mut ChaCha8Rng,
+    d: usize,
+    n_classes: usize,
+    per_class: (usize, usize, usize),
+    mut task: F,
+    unlabeled: G,
+) -> Scenario
+where
+    F: FnMut(usize, &mut ChaCha8Rng) -> Vec<f64>,
+    G: FnMut(usize, &mut ChaCha8Rng) -> Vec<f64>,
+{
+    let (x_labeled, y_labeled) = draw(&vec![per_class.0; n_classes], d, rng, &mut task);
+    let (x_unlabeled, y_unlabeled) = draw(&vec![per_class.1; n_classes], d, rng, unlabeled);
+    let (x_test, y_test) = draw(&vec![per_class.2; n_classes], d, rng, &mut task);
+    Scenario {
+        x_labeled,
+        y_labeled,
+        x_unlabeled,
+        y_unlabeled,
+        x_test,
+        y_test,
+        n_classes,
+    }
+}
+
+fn mvn_sampler(
+    dists: Vec<MultivariateNormal>,
+) -> impl FnMut(usize, &mut ChaCha8Rng) -> Vec<f64> + Clone {
     move |k, rng| {
         let s = dists[k].sample(rng, 1);
         (0..s.ncols()).map(|j| s[(0, j)]).collect()
@@ -70,23 +100,15 @@ pub fn seed000_truth() -> [MultivariateNormal; 2] {
 pub fn seed000(seed: u64, n_labeled: usize) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let truth = seed000_truth().to_vec();
-    let (x_labeled, y_labeled) = draw(&[n_labeled; 2], 2, &mut rng, mvn_sampler(truth.clone()));
-    let (x_unlabeled, y_unlabeled) = draw(
-        &[1000 - n_labeled; 2],
-        2,
+    let sampler = mvn_sampler(truth);
+    assemble(
         &mut rng,
-        mvn_sampler(truth.clone()),
-    );
-    let (x_test, y_test) = draw(&[1000; 2], 2, &mut rng, mvn_sampler(truth));
-    Scenario {
-        x_labeled,
-        y_labeled,
-        x_unlabeled,
-        y_unlabeled,
-        x_test,
-        y_test,
-        n_classes: 2,
-    }
+        2,
+        2,
+        (n_labeled, 1000 - n_labeled, 1000),
+        sampler.clone(),
+        sampler,
+    )
 }
 
 /// Two Gaussians with a shared covariance Σ and means ±δ/2 along the first axis, so that the
@@ -116,19 +138,15 @@ pub fn shared_covariance(
         (Ok(a), Ok(b)) => vec![a, b],
         _ => unreachable!("the covariance is positive definite"),
     };
-    let (x_labeled, y_labeled) = draw(&[n_labeled; 2], d, &mut rng, mvn_sampler(dists.clone()));
-    let (x_unlabeled, y_unlabeled) =
-        draw(&[n_unlabeled; 2], d, &mut rng, mvn_sampler(dists.clone()));
-    let (x_test, y_test) = draw(&[n_test; 2], d, &mut rng, mvn_sampler(dists));
-    Scenario {
-        x_labeled,
-        y_labeled,
-        x_unlabeled,
-        y_unlabeled,
-        x_test,
-        y_test,
-        n_classes: 2,
-    }
+    let sampler = mvn_sampler(dists);
+    assemble(
+        &mut rng,
+        d,
+        2,
+        (n_labeled, n_unlabeled, n_test),
+        sampler.clone(),
+        sampler,
+    )
 }
 
 /// Seed 004's failure case: labeled and test rows from class 0 ~ N((0, 0), I) and class 1 ~
@@ -143,18 +161,14 @@ pub fn shifted_unlabeled(seed: u64, n_labeled: usize, n_unlabeled: usize) -> Sce
     };
     let task = make([0.0, 0.0], [2.5, 0.0]);
     let shifted = make([0.0, 4.0], [2.5, -4.0]);
-    let (x_labeled, y_labeled) = draw(&[n_labeled; 2], 2, &mut rng, mvn_sampler(task.clone()));
-    let (x_unlabeled, y_unlabeled) = draw(&[n_unlabeled; 2], 2, &mut rng, mvn_sampler(shifted));
-    let (x_test, y_test) = draw(&[1000; 2], 2, &mut rng, mvn_sampler(task));
-    Scenario {
-        x_labeled,
-        y_labeled,
-        x_unlabeled,
-        y_unlabeled,
-        x_test,
-        y_test,
-        n_classes: 2,
-    }
+    assemble(
+        &mut rng,
+        2,
+        2,
+        (n_labeled, n_unlabeled, 1000),
+        mvn_sampler(task),
+        mvn_sampler(shifted),
+    )
 }
 
 /// Each class is two separated clusters along a line, alternating: class 0 at x = 0 and 8,
@@ -169,18 +183,14 @@ pub fn two_clusters_per_class(seed: u64, n_labeled: usize, n_unlabeled: usize) -
         let zy: f64 = StandardNormal.sample(rng);
         vec![centres[k][pick] + zx, zy]
     };
-    let (x_labeled, y_labeled) = draw(&[n_labeled; 2], 2, &mut rng, sample);
-    let (x_unlabeled, y_unlabeled) = draw(&[n_unlabeled; 2], 2, &mut rng, sample);
-    let (x_test, y_test) = draw(&[1000; 2], 2, &mut rng, sample);
-    Scenario {
-        x_labeled,
-        y_labeled,
-        x_unlabeled,
-        y_unlabeled,
-        x_test,
-        y_test,
-        n_classes: 2,
-    }
+    assemble(
+        &mut rng,
+        2,
+        2,
+        (n_labeled, n_unlabeled, 1000),
+        sample,
+        sample,
+    )
 }
 
 /// Synthetic documents: `vocab` words, class-conditional word probabilities drawn from the seed
@@ -223,18 +233,14 @@ pub fn documents(
         }
         counts
     };
-    let (x_labeled, y_labeled) = draw(&vec![n_labeled; n_classes], vocab, &mut rng, sample);
-    let (x_unlabeled, y_unlabeled) = draw(&vec![n_unlabeled; n_classes], vocab, &mut rng, sample);
-    let (x_test, y_test) = draw(&vec![n_test; n_classes], vocab, &mut rng, sample);
-    Scenario {
-        x_labeled,
-        y_labeled,
-        x_unlabeled,
-        y_unlabeled,
-        x_test,
-        y_test,
+    assemble(
+        &mut rng,
+        vocab,
         n_classes,
-    }
+        (n_labeled, n_unlabeled, n_test),
+        &sample,
+        &sample,
+    )
 }
 
 /// Fraction of equal entries.
