@@ -68,11 +68,6 @@ impl Priors {
             }
         }
     }
-
-    /// Free parameters the priors add to a model (K − 1 when estimated).
-    pub fn n_parameters(&self, n_classes: usize) -> usize {
-        prior_parameters(n_classes, matches!(self, Priors::Fixed(_)))
-    }
 }
 
 /// Free parameters of the class priors: K − 1 when estimated, none when fixed.
