@@ -205,8 +205,15 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let mut lj_u = Mat::<f64>::zeros(x_u.nrows(), kc);
 
         // Initial θ: the labeled-only fit, split into components by k-means where m_k > 1.
-        let mut model =
-            self.initial_model(data, lambda, components, &offsets, &mut resp_l, &mut resp_u)?;
+        let mut model = self.initial_model(
+            data,
+            lambda,
+            components,
+            &component_class,
+            &offsets,
+            &mut resp_l,
+            &mut resp_u,
+        )?;
         let mut trace = Vec::new();
         let mut warnings = Vec::new();
         let mut converged = false;
@@ -300,6 +307,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         data: &Data<'_>,
         lambda: f64,
         components: &[usize],
+        component_class: &[usize],
         offsets: &[usize],
         resp_l: &mut Mat<f64>,
         resp_u: &mut Mat<f64>,
@@ -311,9 +319,12 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             x_u,
         } = *data;
         let sup = self.spec.fit(x_l, y_l, n_classes)?;
-        let component_class = component_classes(components);
         if components.iter().all(|m| *m == 1) {
-            return Ok(ComponentMixture::new(sup, component_class, n_classes)?);
+            return Ok(ComponentMixture::new(
+                sup,
+                component_class.to_vec(),
+                n_classes,
+            )?);
         }
         // Component centres from each class's labeled rows (plus the unlabeled rows the
         // labeled-only fit gives the class, if it has fewer labeled rows than components).
@@ -370,7 +381,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let sets = both_sets(x_l, resp_l, x_u, resp_u);
         Ok(ComponentMixture::new(
             self.spec.fit_sets(&sets)?,
-            component_class,
+            component_class.to_vec(),
             n_classes,
         )?)
     }
