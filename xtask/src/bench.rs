@@ -647,3 +647,65 @@ pub fn profile_em(d: usize, k: usize) -> Result<(), String> {
     );
     Ok(())
 }
+
+/// Repeated fit or predict_proba of one classifier at n = 1,000,000 (for a profiler):
+/// `what` is `<lda|qda|gnb|bnb|mnb>-<fit|predict>`.
+pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
+    let (model, op) = what
+        .split_once('-')
+        .ok_or_else(|| format!("expected <model>-<fit|predict>, got {what:?}"))?;
+    let n = 1_000_000;
+    let (x, y) = if matches!(model, "bnb" | "mnb") {
+        count_data(n, d, k, 0)
+    } else {
+        gaussian_data(n, d, k, 0)
+    };
+    fn go<S: WeightedFit>(
+        spec: &S,
+        op: &str,
+        x: MatRef<'_, f64>,
+        y: &[usize],
+        k: usize,
+    ) -> Result<(), String> {
+        let fitted = spec.fit(x, y, k).map_err(|e| e.to_string())?;
+        for _ in 0..10 {
+            let t = Instant::now();
+            if op == "fit" {
+                std::hint::black_box(spec.fit(x, y, k).map_err(|e| e.to_string())?);
+            } else {
+                std::hint::black_box(fitted.predict_proba(x).map_err(|e| e.to_string())?);
+            }
+            eprintln!("{op}: {:.4} s", t.elapsed().as_secs_f64());
+        }
+        Ok(())
+    }
+    let gauss = |s| {
+        GaussianParams::with_structure(s)
+            .check()
+            .unwrap_or_else(|_| unreachable!())
+    };
+    match model {
+        "lda" => go(&gauss(CovarianceStructure::Tied), op, x.as_ref(), &y, k),
+        "qda" => go(&gauss(CovarianceStructure::Full), op, x.as_ref(), &y, k),
+        "gnb" => go(&gauss(CovarianceStructure::Diagonal), op, x.as_ref(), &y, k),
+        "bnb" => go(
+            &BernoulliNbParams::default()
+                .check()
+                .map_err(|e| e.to_string())?,
+            op,
+            x.as_ref(),
+            &y,
+            k,
+        ),
+        "mnb" => go(
+            &MultinomialNbParams::default()
+                .check()
+                .map_err(|e| e.to_string())?,
+            op,
+            x.as_ref(),
+            &y,
+            k,
+        ),
+        _ => Err(format!("unknown model {model:?}")),
+    }
+}

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)",
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)\n  profile <model>-<fit|predict> [D] [K]  10 fits or predictions at n = 1e6 (lda, qda, gnb, bnb, mnb)",
         reproduce::SCENARIOS.join(", ")
     );
     ExitCode::from(2)
@@ -41,6 +41,14 @@ fn main() -> ExitCode {
             args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16),
             args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10),
         ),
+        Some("profile") => match args.get(1) {
+            Some(what) => bench::profile_model(
+                what,
+                args.get(2).and_then(|v| v.parse().ok()).unwrap_or(16),
+                args.get(3).and_then(|v| v.parse().ok()).unwrap_or(10),
+            ),
+            None => return usage(),
+        },
         _ => return usage(),
     };
     match result {

@@ -425,12 +425,8 @@ fn lda_boundary_experiment(ctx: &mut Ctx) -> Result<(), String> {
     let mu1 = [delta / 2.0 * l[(0, 0)], delta / 2.0 * l[(1, 0)]];
     let diff = Mat::from_fn(2, 1, |i, _| 2.0 * mu1[i]);
     let mut w_true = diff.clone();
-    faer::linalg::triangular_solve::solve_lower_triangular_in_place(
-        l.as_ref(),
-        w_true.as_mut(),
-        faer::Par::Seq,
-    );
-    faer::linalg::triangular_solve::solve_upper_triangular_in_place(
+    density::linalg::solve_lower_triangular_in_place(l.as_ref(), w_true.as_mut(), faer::Par::Seq);
+    density::linalg::solve_upper_triangular_in_place(
         l.transpose(),
         w_true.as_mut(),
         faer::Par::Seq,

@@ -9,6 +9,7 @@
 
 mod error;
 pub mod family;
+pub mod linalg;
 pub mod mvn;
 pub mod numerics;
 pub mod regularize;

@@ -8,9 +8,9 @@
 //! ln N(x | μ, Σ) = −½ (d ln 2π + ln|Σ| + (x − μ)ᵀ Σ⁻¹ (x − μ))
 //! ```
 
+use crate::linalg::solve_lower_triangular_in_place;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
-use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Mat, MatRef, Par};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};

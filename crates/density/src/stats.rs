@@ -11,7 +11,7 @@
 //! M = Ma + Mb + δ δᵀ Wa Wb / W
 //! ```
 
-use faer::linalg::matmul::matmul;
+use crate::linalg::matmul;
 use faer::{Accum, Mat, MatRef, Par};
 
 use crate::{DensityError, Result};

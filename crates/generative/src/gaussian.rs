@@ -15,9 +15,7 @@
 //! Log-densities use the Cholesky factor of each covariance: a triangular solve whitens a block
 //! of rows, and `ln|Σ| = 2 Σ ln L_ii`; no inverse or determinant is formed.
 
-use faer::linalg::triangular_solve::{
-    solve_lower_triangular_in_place, solve_upper_triangular_in_place,
-};
+use density::linalg::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use faer::{Mat, MatMut, MatRef, Par};
 
 use density::regularize::{

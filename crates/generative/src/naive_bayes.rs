@@ -13,7 +13,7 @@
 //! `log_prior_penalty` returns that prior's log density (up to a constant) so that EM on these
 //! models has an objective that never decreases.
 
-use faer::linalg::matmul::matmul;
+use density::linalg::matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::model::{

@@ -3,9 +3,7 @@
 //! cells of different classes). 2-D data is drawn directly; higher dimensions through the first
 //! two linear discriminant directions of the data under the model's predicted classes.
 
-use faer::linalg::triangular_solve::{
-    solve_lower_triangular_in_place, solve_upper_triangular_in_place,
-};
+use density::linalg::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use faer::{Mat, MatRef, Par};
 use generative::{GaussianClassifier, GenerativeClassifier};
 

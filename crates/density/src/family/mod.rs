@@ -126,12 +126,12 @@ impl ExponentialFamily for crate::MultivariateNormal {
         let d = self.dim();
         let l = self.cholesky();
         let mut precision = faer::Mat::<f64>::identity(d, d);
-        faer::linalg::triangular_solve::solve_lower_triangular_in_place(
+        crate::linalg::solve_lower_triangular_in_place(
             l.as_ref(),
             precision.as_mut(),
             faer::Par::Seq,
         );
-        faer::linalg::triangular_solve::solve_upper_triangular_in_place(
+        crate::linalg::solve_upper_triangular_in_place(
             l.transpose(),
             precision.as_mut(),
             faer::Par::Seq,
