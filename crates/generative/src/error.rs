@@ -69,3 +69,29 @@ pub enum GenerativeError {
     #[error(transparent)]
     Density(#[from] density::DensityError),
 }
+
+impl GenerativeError {
+    /// The same error with row numbers moved by `by` (a chunk's rows reported as rows of the
+    /// whole input).
+    pub(crate) fn shifted_rows(self, by: usize) -> Self {
+        match self {
+            Self::NonFiniteInput { row, col, value } => Self::NonFiniteInput {
+                row: row + by,
+                col,
+                value,
+            },
+            Self::InvalidInput {
+                row,
+                col,
+                value,
+                rule,
+            } => Self::InvalidInput {
+                row: row + by,
+                col,
+                value,
+                rule,
+            },
+            other => other,
+        }
+    }
+}

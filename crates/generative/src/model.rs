@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use crate::parallel::{CHUNK_ROWS, check_finite_rows};
 use crate::{GenerativeError, Result};
-use density::numerics::{log_normalize_in_place, log_sum_exp};
+use density::numerics::{exp_shifted_accumulate, log_normalize_in_place, log_sum_exp};
 
 /// Class priors: estimated as the classes' shares of the total weight, or fixed by the user.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -169,24 +169,23 @@ pub trait GenerativeClassifier: Send + Sync {
                 got: out.nrows() * out.ncols(),
             });
         }
-        self.check_input(x)?;
-        out.par_row_chunks_mut(CHUNK_ROWS)
+        // Each chunk is checked by the worker that computes it; the first error in chunk order
+        // is reported, so messages do not depend on the thread count.
+        let checks: Vec<Result<()>> = out
+            .par_row_chunks_mut(CHUNK_ROWS)
             .enumerate()
-            .for_each(|(c, mut chunk)| {
+            .map(|(c, mut chunk)| {
                 let r0 = c * CHUNK_ROWS;
-                self.log_joint_chunk(x.subrows(r0, chunk.nrows()), chunk.as_mut());
+                let xc = x.subrows(r0, chunk.nrows());
+                self.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
+                self.log_joint_chunk(xc, chunk.as_mut());
                 if what != Posterior::Joint {
-                    normalize_rows(chunk.as_mut());
+                    normalize_chunk(chunk.as_mut(), what == Posterior::Probability);
                 }
-                if what == Posterior::Probability {
-                    for j in 0..chunk.ncols() {
-                        for i in 0..chunk.nrows() {
-                            chunk[(i, j)] = chunk[(i, j)].exp();
-                        }
-                    }
-                }
-            });
-        Ok(())
+                Ok(())
+            })
+            .collect();
+        checks.into_iter().collect()
     }
 
     /// ln p(y = k | x_i) (n × K). Never NaN: a row whose joint is −∞ for every class is uniform.
@@ -223,17 +222,77 @@ pub enum Posterior {
     Probability,
 }
 
-/// Turns every row of log joints into log posteriors, in place.
-pub fn normalize_rows(mut m: MatMut<'_, f64>) {
-    let k = m.ncols();
-    let mut row = vec![0.0; k];
-    for i in 0..m.nrows() {
-        for j in 0..k {
-            row[j] = m[(i, j)];
+/// Turns a chunk of log joints into posteriors (`probability`) or log posteriors, in place,
+/// with one exponential per entry. Works column by column (the chunk is column-major), so the
+/// inner loops run over contiguous memory; rows whose maximum is not finite (all −∞, or +∞)
+/// take the exact path of [`log_normalize_in_place`].
+pub fn normalize_chunk(mut m: MatMut<'_, f64>, probability: bool) {
+    let (b, k) = (m.nrows(), m.ncols());
+    let mut max = vec![f64::NEG_INFINITY; b];
+    for j in 0..k {
+        for (mx, v) in max.iter_mut().zip(m.as_ref().col(j).iter()) {
+            *mx = mx.max(*v);
         }
+    }
+    // Rows with a non-finite maximum (all −∞, or some +∞), kept aside before the fast path
+    // overwrites them.
+    let special: Vec<(usize, Vec<f64>)> = (0..b)
+        .filter(|&i| !max[i].is_finite())
+        .map(|i| (i, (0..k).map(|j| m[(i, j)]).collect()))
+        .collect();
+    // A non-finite maximum would give NaN below; those rows are redone from `special`.
+    let shift: Vec<f64> = max
+        .iter()
+        .map(|v| if v.is_finite() { *v } else { 0.0 })
+        .collect();
+    let mut sum = vec![0.0; b];
+    let mut tmp = Vec::new();
+    for j in 0..k {
+        let mut col = m.as_mut().col_mut(j);
+        let col = col
+            .as_mut()
+            .try_as_col_major_mut()
+            .map(|c| c.as_slice_mut());
+        match col {
+            Some(col) if probability => exp_shifted_accumulate(col, &shift, &mut sum),
+            Some(col) => {
+                tmp.clear();
+                tmp.extend_from_slice(col);
+                exp_shifted_accumulate(&mut tmp, &shift, &mut sum);
+            }
+            None => {
+                tmp.clear();
+                tmp.extend((0..b).map(|i| m[(i, j)]));
+                exp_shifted_accumulate(&mut tmp, &shift, &mut sum);
+                if probability {
+                    for (i, e) in tmp.iter().enumerate() {
+                        m[(i, j)] = *e;
+                    }
+                }
+            }
+        }
+    }
+    if probability {
+        let inv: Vec<f64> = sum.iter().map(|s| 1.0 / s).collect();
+        for j in 0..k {
+            for (v, f) in m.as_mut().col_mut(j).iter_mut().zip(&inv) {
+                *v *= f;
+            }
+        }
+    } else {
+        // Subtract the maximum first, then ln Σ: for entries of magnitude 1e300 the sum of the
+        // two would absorb the ln Σ term.
+        let log_sum: Vec<f64> = sum.iter().map(|s| s.ln()).collect();
+        for j in 0..k {
+            for ((v, mx), ls) in m.as_mut().col_mut(j).iter_mut().zip(&shift).zip(&log_sum) {
+                *v = (*v - mx) - ls;
+            }
+        }
+    }
+    for (i, mut row) in special {
         log_normalize_in_place(&mut row);
         for j in 0..k {
-            m[(i, j)] = row[j];
+            m[(i, j)] = if probability { row[j].exp() } else { row[j] };
         }
     }
 }
@@ -315,5 +374,41 @@ pub trait WeightedFit: Sync {
         }
         let resp = one_hot(labels, n_classes)?;
         self.fit_weighted(x, resp.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_chunk_equals_the_row_by_row_formula_including_special_rows() {
+        let inf = f64::INFINITY;
+        let rows: Vec<[f64; 3]> = vec![
+            [-inf, -inf, -inf],
+            [inf, 0.0, -inf],
+            [inf, inf, 1.0],
+            [0.0, -1e300, -3.0],
+            [1e300, 1e300, -1e300],
+            [-1000.0, -1001.0, -1200.0],
+            [2.5, -0.5, 1.0],
+        ];
+        for probability in [false, true] {
+            let mut m = Mat::from_fn(rows.len(), 3, |i, j| rows[i][j]);
+            normalize_chunk(m.as_mut(), probability);
+            for (i, r) in rows.iter().enumerate() {
+                let mut want = r.to_vec();
+                log_normalize_in_place(&mut want);
+                for j in 0..3 {
+                    let w = if probability { want[j].exp() } else { want[j] };
+                    let got = m[(i, j)];
+                    assert!(!got.is_nan(), "row {i}: NaN");
+                    assert!(
+                        got == w || (got - w).abs() <= 4.0 * f64::EPSILON * w.abs().max(1.0),
+                        "row {i} col {j}: {got} vs {w} (probability: {probability})"
+                    );
+                }
+            }
+        }
     }
 }

@@ -332,19 +332,17 @@ impl HyperParams for MultinomialNbParams {
 
 fn check_non_negative(x: MatRef<'_, f64>, first_row: usize) -> Result<()> {
     crate::parallel::check_finite_rows(x, first_row)?;
-    for i in 0..x.nrows() {
-        for j in 0..x.ncols() {
-            if x[(i, j)] < 0.0 {
-                return Err(GenerativeError::InvalidInput {
-                    row: first_row + i,
-                    col: j,
-                    value: x[(i, j)],
-                    rule: "counts must be >= 0",
-                });
-            }
-        }
-    }
-    Ok(())
+    crate::parallel::check_rows(
+        x,
+        first_row,
+        |v| v < 0.0,
+        |row, col, value| GenerativeError::InvalidInput {
+            row,
+            col,
+            value,
+            rule: "counts must be >= 0",
+        },
+    )
 }
 
 /// Fitted multinomial naive Bayes.

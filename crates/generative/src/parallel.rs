@@ -116,24 +116,48 @@ pub fn check_chunk(chunk: &Chunk<'_>) -> Result<()> {
 
 /// Errors on the first (row-major order) non-finite value; `first_row` offsets reported rows.
 pub fn check_finite_rows(x: MatRef<'_, f64>, first_row: usize) -> Result<()> {
-    let mut bad: Option<(usize, usize, f64)> = None;
+    check_rows(
+        x,
+        first_row,
+        |v| !v.is_finite(),
+        |row, col, value| GenerativeError::NonFiniteInput { row, col, value },
+    )
+}
+
+/// Errors with `error(row, col, value)` on the first value, in row-major order, for which `bad`
+/// holds. A branch-free scan per column (it vectorises) finds whether there is any; only then
+/// is the first one looked for.
+pub fn check_rows(
+    x: MatRef<'_, f64>,
+    first_row: usize,
+    bad: impl Fn(f64) -> bool,
+    error: impl Fn(usize, usize, f64) -> GenerativeError,
+) -> Result<()> {
+    let mut scratch = Vec::new();
+    let mut any = false;
     for j in 0..x.ncols() {
-        for i in 0..x.nrows() {
+        let col = match x.col(j).try_as_col_major() {
+            Some(c) => c.as_slice(),
+            None => {
+                scratch.clear();
+                scratch.extend(x.col(j).iter().copied());
+                &scratch[..]
+            }
+        };
+        any |= col.iter().fold(false, |a, v| a | bad(*v));
+    }
+    if !any {
+        return Ok(());
+    }
+    for i in 0..x.nrows() {
+        for j in 0..x.ncols() {
             let v = x[(i, j)];
-            if !v.is_finite() && bad.is_none_or(|(bi, bj, _)| (i, j) < (bi, bj)) {
-                bad = Some((i, j, v));
-                break;
+            if bad(v) {
+                return Err(error(first_row + i, j, v));
             }
         }
     }
-    match bad {
-        Some((row, col, value)) => Err(GenerativeError::NonFiniteInput {
-            row: first_row + row,
-            col,
-            value,
-        }),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// Copies column `k` of a chunk's responsibilities into `buf` (layout-agnostic weights).

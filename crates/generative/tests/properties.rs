@@ -533,6 +533,51 @@ fn edge_cases_are_typed_errors() {
 }
 
 #[test]
+fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
+    // Rows past the first 4096-row chunk are checked by other workers; the message must still
+    // name the row of the whole input, and the first bad row wins whatever the thread count.
+    let (x, y) = gaussian_data(10_000, 3, 2, 11);
+    let m = GaussianParams::default()
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 2)
+        .unwrap();
+    let mut xn = x.clone();
+    xn[(9_000, 0)] = f64::NAN;
+    xn[(5_000, 1)] = f64::NEG_INFINITY;
+    for threads in [1, 2] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        assert!(matches!(
+            pool.install(|| m.predict_proba(xn.as_ref())),
+            Err(GenerativeError::NonFiniteInput {
+                row: 5_000,
+                col: 1,
+                ..
+            })
+        ));
+    }
+    let counts = Mat::from_fn(10_000, 3, |i, j| ((i + j) % 4) as f64);
+    let mnb = MultinomialNbParams::default()
+        .check()
+        .unwrap()
+        .fit(counts.as_ref(), &y, 2)
+        .unwrap();
+    let mut bad = counts.clone();
+    bad[(8_191, 2)] = -1.0;
+    assert!(matches!(
+        mnb.predict_proba(bad.as_ref()),
+        Err(GenerativeError::InvalidInput {
+            row: 8_191,
+            col: 2,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn predictions_are_never_nan_far_from_the_data() {
     let (x, y) = gaussian_data(200, 2, 2, 5);
     let far = Mat::from_fn(3, 2, |i, j| {
