@@ -161,6 +161,23 @@ impl SufficientStats {
             self.weight = 0.0;
             return;
         }
+        // Rows of weight zero add nothing; with one-hot responsibilities (a supervised fit, the
+        // labeled rows of EM, hard EM) most rows of each class's pass have weight zero, so the
+        // others are gathered first and the pass costs O(rows of the class), not O(n).
+        let nonzero = weights.iter().filter(|w| **w != 0.0).count();
+        if nonzero * 8 < n * 7 {
+            let rows: Vec<usize> = (0..n).filter(|&i| weights[i] != 0.0).collect();
+            let compact_w: Vec<f64> = rows.iter().map(|&i| weights[i]).collect();
+            let mut compact = Mat::<f64>::zeros(nonzero, d);
+            let mut scratch = Vec::new();
+            for j in 0..d {
+                let col = column(x, j, &mut scratch);
+                for (o, &i) in compact.col_as_slice_mut(j).iter_mut().zip(&rows) {
+                    *o = col[i];
+                }
+            }
+            return self.accumulate_rows(compact.as_ref(), &compact_w, buffer);
+        }
         // Columns as contiguous slices (copied once when x is row-major), so the loops below
         // vectorise.
         let mut scratch = Vec::new();
@@ -409,6 +426,31 @@ mod tests {
                 for (x, y) in a.scatter().iter().zip(whole.scatter()) {
                     prop_assert!((x - y).abs() <= 1e-10 * scale);
                 }
+            }
+        }
+
+        #[test]
+        fn rows_of_weight_zero_are_the_same_as_no_rows(
+            data in prop::collection::vec((prop::collection::vec(-100.0f64..100.0, 3), 0.1f64..3.0, any::<bool>()), 2..80),
+            diag in any::<bool>(),
+        ) {
+            // The compaction path (most weights zero, as with one-hot responsibilities) against
+            // the statistics of the kept rows alone.
+            let kind = if diag { ScatterKind::Diagonal } else { ScatterKind::Full };
+            let rows: Vec<Vec<f64>> = data.iter().map(|(r, _, _)| r.clone()).collect();
+            let w: Vec<f64> = data.iter().map(|(_, w, keep)| if *keep { *w } else { 0.0 }).collect();
+            let kept: Vec<usize> = (0..rows.len()).filter(|&i| w[i] > 0.0).collect();
+            prop_assume!(!kept.is_empty());
+            let with_zeros = SufficientStats::from_rows(to_mat(&rows).as_ref(), &w, kind).unwrap();
+            let kept_rows: Vec<Vec<f64>> = kept.iter().map(|&i| rows[i].clone()).collect();
+            let kept_w: Vec<f64> = kept.iter().map(|&i| w[i]).collect();
+            let (total, mean, scatter) = naive(&kept_rows, &kept_w);
+            prop_assert!((with_zeros.weight() - total).abs() < 1e-10);
+            prop_assert!(close(with_zeros.mean(), &mean, 1e-10));
+            let scale = scatter.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (i, x) in with_zeros.scatter().iter().enumerate() {
+                let want = if diag { scatter[i * 3 + i] } else { scatter[i] };
+                prop_assert!((x - want).abs() <= 1e-10 * scale);
             }
         }
     }

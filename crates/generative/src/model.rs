@@ -126,6 +126,13 @@ pub trait GenerativeClassifier: Send + Sync {
     /// `out[(i, k)] = ln p(x_i, y = k)` for a chunk of already-checked rows, sequentially.
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>);
 
+    /// Scores that differ from `ln p(x_i, y = k)` by a constant per row, which is all that
+    /// posteriors need. Defaults to the joint; LDA overrides it with its linear discriminant
+    /// (one matrix product, no quadratic term).
+    fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) {
+        self.log_joint_chunk(x, out);
+    }
+
     /// A penalty added to the log-likelihood by the model's smoothing, as a log prior density
     /// (e.g. Σ α ln θ for Lidstone smoothing), so that an EM objective that includes it never
     /// decreases. Zero for unsmoothed models.
@@ -178,8 +185,10 @@ pub trait GenerativeClassifier: Send + Sync {
                 let r0 = c * CHUNK_ROWS;
                 let xc = x.subrows(r0, chunk.nrows());
                 self.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
-                self.log_joint_chunk(xc, chunk.as_mut());
-                if what != Posterior::Joint {
+                if what == Posterior::Joint {
+                    self.log_joint_chunk(xc, chunk.as_mut());
+                } else {
+                    self.posterior_scores_chunk(xc, chunk.as_mut());
                     normalize_chunk(chunk.as_mut(), what == Posterior::Probability);
                 }
                 Ok(())
