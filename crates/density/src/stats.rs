@@ -11,8 +11,7 @@
 //! M = Ma + Mb + δ δᵀ Wa Wb / W
 //! ```
 
-use crate::linalg::matmul;
-use faer::{Accum, Mat, MatRef, Par};
+use faer::{Mat, MatRef, Par};
 
 use crate::{DensityError, Result};
 
@@ -207,15 +206,8 @@ impl SufficientStats {
                         *o = sw * (v - m);
                     }
                 }
-                let mut s = faer::MatMut::from_column_major_slice_mut(&mut self.scatter, d, d);
-                matmul(
-                    &mut s,
-                    Accum::Replace,
-                    buffer.transpose(),
-                    buffer.as_ref(),
-                    1.0,
-                    Par::Seq,
-                );
+                let s = faer::MatMut::from_column_major_slice_mut(&mut self.scatter, d, d);
+                crate::linalg::gram_lower(s, buffer.as_ref(), Par::Seq);
             }
         }
     }

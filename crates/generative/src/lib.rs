@@ -23,7 +23,8 @@ pub use gaussian::{
 };
 pub use mixed::{FeatureKind, MixedNaiveBayes, MixedNbParams};
 pub use model::{
-    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, one_hot,
+    Checked, GenerativeClassifier, HyperParams, Priors, Responsibilities, WeightedFit,
+    WeightedRows, one_hot,
 };
 pub use naive_bayes::{
     BernoulliNaiveBayes, BernoulliNbParams, CategoricalNaiveBayes, CategoricalNbParams,

@@ -79,12 +79,61 @@ pub fn prior_parameters(n_classes: usize, fixed: bool) -> usize {
     }
 }
 
-/// One set of rows with its responsibilities: `x` is n × d, `resp` is n × K with non-negative
-/// rows summing to each sample's weight.
+/// One set of rows with its responsibilities: `x` is n × d, `resp` gives each row's weight
+/// for each of the K classes.
 #[derive(Debug, Clone, Copy)]
 pub struct WeightedRows<'a> {
     pub x: MatRef<'a, f64>,
-    pub resp: MatRef<'a, f64>,
+    pub resp: Responsibilities<'a>,
+}
+
+impl<'a> WeightedRows<'a> {
+    /// Rows with an n × K matrix of non-negative responsibilities.
+    pub fn weighted(x: MatRef<'a, f64>, resp: MatRef<'a, f64>) -> Self {
+        Self {
+            x,
+            resp: Responsibilities::Dense(resp),
+        }
+    }
+
+    /// Rows with hard labels in `0..n_classes` (one-hot weights).
+    pub fn labeled(x: MatRef<'a, f64>, labels: &'a [usize], n_classes: usize) -> Self {
+        Self {
+            x,
+            resp: Responsibilities::Labels { labels, n_classes },
+        }
+    }
+}
+
+/// The weights of a set of rows for each class.
+#[derive(Debug, Clone, Copy)]
+pub enum Responsibilities<'a> {
+    /// n × K, non-negative; row i is sample i's weight for each class.
+    Dense(MatRef<'a, f64>),
+    /// One label per row: weight 1 for that class, 0 for the others. Equivalent to the one-hot
+    /// matrix without its n × K memory: workers expand it one 4096-row chunk at a time.
+    Labels {
+        labels: &'a [usize],
+        n_classes: usize,
+    },
+}
+
+impl Responsibilities<'_> {
+    /// Number of rows.
+    pub fn nrows(&self) -> usize {
+        match self {
+            Self::Dense(m) => m.nrows(),
+            Self::Labels { labels, .. } => labels.len(),
+        }
+    }
+
+    /// Number of classes K.
+    pub fn ncols(&self) -> usize {
+        match self {
+            Self::Dense(m) => m.ncols(),
+            Self::Labels { n_classes, .. } => *n_classes,
+        }
+    }
 }
 
 /// A one-hot responsibility matrix (n × K) for labels in `0..n_classes`.
@@ -369,7 +418,7 @@ pub trait WeightedFit: Sync {
 
     /// Fits from one matrix of rows and its n × K responsibilities.
     fn fit_weighted(&self, x: MatRef<'_, f64>, resp: MatRef<'_, f64>) -> Result<Self::Model> {
-        self.fit_sets(&[WeightedRows { x, resp }])
+        self.fit_sets(&[WeightedRows::weighted(x, resp)])
     }
 
     /// Supervised fit from labels in `0..n_classes` (the one-hot special case).
@@ -381,8 +430,7 @@ pub trait WeightedFit: Sync {
                 got: labels.len(),
             });
         }
-        let resp = one_hot(labels, n_classes)?;
-        self.fit_weighted(x, resp.as_ref())
+        self.fit_sets(&[WeightedRows::labeled(x, labels, n_classes)])
     }
 }
 

@@ -8,7 +8,7 @@
 use faer::MatRef;
 use rayon::prelude::*;
 
-use crate::model::WeightedRows;
+use crate::model::{Responsibilities, WeightedRows, one_hot};
 use crate::{GenerativeError, Result};
 
 /// Rows per chunk for fitting and prediction.
@@ -84,12 +84,37 @@ where
         .map(|&(s, r0)| {
             let set = &sets[s];
             let b = CHUNK_ROWS.min(set.x.nrows() - r0);
-            f(Chunk {
-                set: s,
-                first_row: r0,
-                x: set.x.subrows(r0, b),
-                resp: set.resp.subrows(r0, b),
-            })
+            let x = set.x.subrows(r0, b);
+            match set.resp {
+                Responsibilities::Dense(resp) => f(Chunk {
+                    set: s,
+                    first_row: r0,
+                    x,
+                    resp: resp.subrows(r0, b),
+                }),
+                Responsibilities::Labels { labels, n_classes } => {
+                    // The chunk's one-hot block (b × K) only, built by the worker.
+                    let labels = &labels[r0..r0 + b];
+                    if let Some(i) = labels.iter().position(|l| *l >= n_classes) {
+                        return Err(GenerativeError::InvalidParameter {
+                            name: "labels",
+                            rule: "in 0..n_classes",
+                            value: format!(
+                                "{} at row {} (n_classes = {n_classes})",
+                                labels[i],
+                                r0 + i
+                            ),
+                        });
+                    }
+                    let block = one_hot(labels, n_classes)?;
+                    f(Chunk {
+                        set: s,
+                        first_row: r0,
+                        x,
+                        resp: block.as_ref(),
+                    })
+                }
+            }
         })
         .collect();
     results.into_iter().collect()

@@ -533,6 +533,68 @@ fn edge_cases_are_typed_errors() {
 }
 
 #[test]
+fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
+    // `fit` expands labels one chunk at a time instead of building the n × K matrix; the
+    // models must be the ones the explicit one-hot responsibilities give.
+    let (x, y) = gaussian_data(10_000, 3, 3, 21);
+    let r = one_hot(&y, 3).unwrap();
+    let close = |a: Mat<f64>, b: Mat<f64>| {
+        let scale = a
+            .col_iter()
+            .flat_map(|c| c.iter().copied())
+            .fold(1.0f64, |m, v| m.max(v.abs()));
+        let diff = max_abs_diff(a.as_ref(), b.as_ref());
+        assert!(diff <= 1e-12 * scale, "{diff}");
+    };
+    for s in structures() {
+        let spec = GaussianParams {
+            structure: s,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        let a = spec.fit(x.as_ref(), &y, 3).unwrap();
+        let b = spec.fit_weighted(x.as_ref(), r.as_ref()).unwrap();
+        close(
+            a.log_joint(x.as_ref()).unwrap(),
+            b.log_joint(x.as_ref()).unwrap(),
+        );
+    }
+    let counts = Mat::from_fn(10_000, 3, |i, j| x[(i, j)].abs().round());
+    let mnb = MultinomialNbParams::default().check().unwrap();
+    let a = mnb.fit(counts.as_ref(), &y, 3).unwrap();
+    let b = mnb.fit_weighted(counts.as_ref(), r.as_ref()).unwrap();
+    close(
+        a.log_joint(counts.as_ref()).unwrap(),
+        b.log_joint(counts.as_ref()).unwrap(),
+    );
+    let cnb = CategoricalNbParams::default().check().unwrap();
+    let a = cnb.fit(counts.as_ref(), &y, 3).unwrap();
+    let b = cnb.fit_weighted(counts.as_ref(), r.as_ref()).unwrap();
+    close(
+        a.log_joint(counts.as_ref()).unwrap(),
+        b.log_joint(counts.as_ref()).unwrap(),
+    );
+    // A label out of range past the first chunk is named by its row in the whole input.
+    let mut bad = y.clone();
+    bad[7_000] = 3;
+    match spec_qda().fit(x.as_ref(), &bad, 3) {
+        Err(GenerativeError::InvalidParameter {
+            name: "labels",
+            value,
+            ..
+        }) => {
+            assert!(value.contains("row 7000"), "{value}")
+        }
+        other => panic!("expected a label error, got {other:?}"),
+    }
+}
+
+fn spec_qda() -> Checked<GaussianParams> {
+    GaussianParams::default().check().unwrap()
+}
+
+#[test]
 fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
     // Rows past the first 4096-row chunk are checked by other workers; the message must still
     // name the row of the whole input, and the first bad row wins whatever the thread count.

@@ -10,7 +10,7 @@ use std::ops::Range;
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
-use density::numerics::log_sum_exp;
+use density::numerics::{exp_shifted_accumulate, log_sum_exp};
 use generative::model::Posterior;
 use generative::parallel::CHUNK_ROWS;
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
@@ -236,12 +236,18 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                 1.0,
                 false,
             );
-            let unlabeled = estep(lj_u.as_ref(), resp_u.as_mut(), |_| 0..kc, lambda, hard);
+            let (unlabeled, unlabeled_weights) = if hard {
+                let u = estep(lj_u.as_ref(), resp_u.as_mut(), |_| 0..kc, lambda, true);
+                let w = (0..kc).map(|c| resp_u.col(c).iter().sum::<f64>()).collect();
+                (u, w)
+            } else {
+                estep_all(lj_u.as_ref(), resp_u.as_mut(), lambda)
+            };
             let objective = labeled + lambda * unlabeled + model.log_prior_penalty();
             let mut shares = vec![0.0; n_classes];
             for c in 0..kc {
-                let s: f64 = (0..x_l.nrows()).map(|i| resp_l[(i, c)]).sum::<f64>()
-                    + (0..x_u.nrows()).map(|i| resp_u[(i, c)]).sum::<f64>();
+                let s: f64 =
+                    (0..x_l.nrows()).map(|i| resp_l[(i, c)]).sum::<f64>() + unlabeled_weights[c];
                 shares[component_class[c]] += s;
             }
             let total: f64 = shares.iter().sum();
@@ -404,14 +410,8 @@ fn both_sets<'a>(
     resp_u: &'a Mat<f64>,
 ) -> [WeightedRows<'a>; 2] {
     [
-        WeightedRows {
-            x: x_l,
-            resp: resp_l.as_ref(),
-        },
-        WeightedRows {
-            x: x_u,
-            resp: resp_u.as_ref(),
-        },
+        WeightedRows::weighted(x_l, resp_l.as_ref()),
+        WeightedRows::weighted(x_u, resp_u.as_ref()),
     ]
 }
 
@@ -508,6 +508,91 @@ where
         })
         .collect();
     parts.iter().sum()
+}
+
+/// The soft E-step of [`estep`] when every component is allowed for every row (the unlabeled
+/// rows), column by column with one vectorised exponential per entry. Returns Σ_i ln Σ_c
+/// p(x_i, c) and the column sums of the responsibilities, both summed in chunk order.
+fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Vec<f64>) {
+    let k = lj.ncols();
+    let parts: Vec<(f64, Vec<f64>)> = resp
+        .par_row_chunks_mut(CHUNK_ROWS)
+        .enumerate()
+        .map(|(chunk, mut r)| {
+            let b = r.nrows();
+            let l = lj.subrows(chunk * CHUNK_ROWS, b);
+            let mut max = vec![f64::NEG_INFINITY; b];
+            for c in 0..k {
+                for (m, v) in max.iter_mut().zip(l.col(c).iter()) {
+                    *m = m.max(*v);
+                }
+            }
+            // Rows whose maximum is not finite (every joint −∞) are made uniform below.
+            let shift: Vec<f64> = max
+                .iter()
+                .map(|m| if m.is_finite() { *m } else { 0.0 })
+                .collect();
+            let mut sum = vec![0.0; b];
+            let mut e = vec![0.0; b];
+            for c in 0..k {
+                for (t, v) in e.iter_mut().zip(l.col(c).iter()) {
+                    *t = *v;
+                }
+                exp_shifted_accumulate(&mut e, &shift, &mut sum);
+                with_column(r.as_mut(), c, |col| col.copy_from_slice(&e));
+            }
+            let mut acc = 0.0;
+            let uniform = scale / k as f64;
+            let factor: Vec<f64> = (0..b)
+                .map(|i| {
+                    if max[i].is_finite() {
+                        acc += max[i] + sum[i].ln();
+                        scale / sum[i]
+                    } else {
+                        acc += -f64::MAX;
+                        f64::NAN
+                    }
+                })
+                .collect();
+            let mut col_sums = vec![0.0; k];
+            for (c, cs) in col_sums.iter_mut().enumerate() {
+                *cs = with_column(r.as_mut(), c, |col| {
+                    for ((v, f), m) in col.iter_mut().zip(&factor).zip(&max) {
+                        *v = if m.is_finite() { *v * f } else { uniform };
+                    }
+                    density::numerics::dot(col, &ones(col.len()))
+                });
+            }
+            (acc, col_sums)
+        })
+        .collect();
+    let mut total = 0.0;
+    let mut sums = vec![0.0; k];
+    for (acc, cs) in &parts {
+        total += acc;
+        for (s, v) in sums.iter_mut().zip(cs) {
+            *s += v;
+        }
+    }
+    (total, sums)
+}
+
+/// Runs `f` on column `c` of `m` as a contiguous slice (copied out and back in the unusual case
+/// that it is strided).
+fn with_column<R>(mut m: MatMut<'_, f64>, c: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
+    if let Some(col) = m.as_mut().col_mut(c).try_as_col_major_mut() {
+        return f(col.as_slice_mut());
+    }
+    let mut tmp: Vec<f64> = m.as_ref().col(c).iter().copied().collect();
+    let out = f(&mut tmp);
+    for (dst, v) in m.col_mut(c).iter_mut().zip(&tmp) {
+        *dst = *v;
+    }
+    out
+}
+
+fn ones(n: usize) -> Vec<f64> {
+    vec![1.0; n]
 }
 
 /// Class-level posteriors from component-level log joints.
