@@ -21,6 +21,8 @@ pub struct Chunk<'a> {
     pub first_row: usize,
     pub x: MatRef<'a, f64>,
     pub resp: MatRef<'a, f64>,
+    /// The set was checked by the caller (`check_chunk` is then a no-op).
+    pub prechecked: bool,
 }
 
 /// Checks shapes shared by all sets (same d, same K, resp rows = x rows, at least one row) and
@@ -91,6 +93,7 @@ where
                     first_row: r0,
                     x,
                     resp: resp.subrows(r0, b),
+                    prechecked: set.prechecked,
                 }),
                 Responsibilities::Labels { labels, n_classes } => {
                     // The chunk's one-hot block (b × K) only, built by the worker.
@@ -112,6 +115,7 @@ where
                         first_row: r0,
                         x,
                         resp: block.as_ref(),
+                        prechecked: set.prechecked,
                     })
                 }
             }
@@ -122,6 +126,9 @@ where
 
 /// Checks that a chunk's features are finite and its responsibilities finite and ≥ 0.
 pub fn check_chunk(chunk: &Chunk<'_>) -> Result<()> {
+    if chunk.prechecked {
+        return Ok(());
+    }
     check_finite_rows(chunk.x, chunk.first_row)?;
     check_rows(
         chunk.resp,

@@ -223,12 +223,27 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let hard = self.params.mode == EmMode::Hard;
         let (log_lik, posteriors) = loop {
             // E-step at the current θ, which also evaluates L(θ).
-            model
-                .components()
-                .log_joint_into(x_l, lj_l.as_mut(), Posterior::Joint)?;
-            model
-                .components()
-                .log_joint_into(x_u, lj_u.as_mut(), Posterior::Joint)?;
+            // The rows are checked on the first pass only; they do not change between
+            // iterations.
+            if iterations == 0 {
+                model
+                    .components()
+                    .log_joint_into(x_l, lj_l.as_mut(), Posterior::Joint)?;
+                model
+                    .components()
+                    .log_joint_into(x_u, lj_u.as_mut(), Posterior::Joint)?;
+            } else {
+                model.components().log_joint_into_prechecked(
+                    x_l,
+                    lj_l.as_mut(),
+                    Posterior::Joint,
+                )?;
+                model.components().log_joint_into_prechecked(
+                    x_u,
+                    lj_u.as_mut(),
+                    Posterior::Joint,
+                )?;
+            }
             let labeled = estep(
                 lj_l.as_ref(),
                 resp_l.as_mut(),
@@ -281,7 +296,10 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             previous = Some(objective);
             previous_assign = assign;
             // M-step: one weighted closed-form fit over both sets.
-            match self.spec.fit_sets(&both_sets(x_l, &resp_l, x_u, &resp_u)) {
+            match self
+                .spec
+                .fit_sets(&both_sets(x_l, &resp_l, x_u, &resp_u, true))
+            {
                 Ok(next) => {
                     model = ComponentMixture::new(next, component_class.clone(), n_classes)?;
                     iterations += 1;
@@ -384,7 +402,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                 resp_u[(i, best)] = lambda;
             }
         }
-        let sets = both_sets(x_l, resp_l, x_u, resp_u);
+        let sets = both_sets(x_l, resp_l, x_u, resp_u, false);
         Ok(ComponentMixture::new(
             self.spec.fit_sets(&sets)?,
             component_class.to_vec(),
@@ -403,16 +421,23 @@ fn component_classes(components: &[usize]) -> Vec<usize> {
 }
 
 /// The labeled and unlabeled rows with their responsibilities, as the two sets of one M-step.
+/// `prechecked`: the rows already passed an E-step with checks, and the responsibilities are
+/// the E-step's own (finite, ≥ 0), so the M-step need not scan them again.
 fn both_sets<'a>(
     x_l: MatRef<'a, f64>,
     resp_l: &'a Mat<f64>,
     x_u: MatRef<'a, f64>,
     resp_u: &'a Mat<f64>,
+    prechecked: bool,
 ) -> [WeightedRows<'a>; 2] {
-    [
+    let mut sets = [
         WeightedRows::weighted(x_l, resp_l.as_ref()),
         WeightedRows::weighted(x_u, resp_u.as_ref()),
-    ]
+    ];
+    for s in &mut sets {
+        s.prechecked = prechecked;
+    }
+    sets
 }
 
 fn check_data(data: &Data<'_>) -> Result<()> {

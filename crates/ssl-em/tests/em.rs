@@ -473,3 +473,40 @@ fn a_collapsing_component_stops_with_a_warning_not_nan() {
         Err(e) => assert!(e.to_string().contains("reg"), "{e}"),
     }
 }
+
+#[test]
+fn non_finite_unlabeled_rows_are_errors_on_every_path() {
+    // EM checks the rows once and trusts them afterwards; the one check must still happen,
+    // with one or several components per class (the k-means start fits before any E-step).
+    let mut s = two_clusters_per_class(3, 10, 1000);
+    s.x_unlabeled[(1_500, 1)] = f64::NAN;
+    for components in [Components::Uniform(1), Components::Uniform(2)] {
+        let err = SemiSupervisedEm::new(
+            qda(),
+            EmParams {
+                components,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .fit(
+            s.x_labeled.as_ref(),
+            &s.y_labeled,
+            s.n_classes,
+            s.x_unlabeled.as_ref(),
+        )
+        .err()
+        .expect("NaN in the unlabeled rows must be an error");
+        assert!(
+            matches!(
+                err,
+                EmError::Model(GenerativeError::NonFiniteInput {
+                    row: 1_500,
+                    col: 1,
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+    }
+}
