@@ -495,8 +495,7 @@ fn non_finite_unlabeled_rows_are_errors_on_every_path() {
             s.n_classes,
             s.x_unlabeled.as_ref(),
         )
-        .err()
-        .expect("NaN in the unlabeled rows must be an error");
+        .expect_err("NaN in the unlabeled rows must be an error");
         assert!(
             matches!(
                 err,
