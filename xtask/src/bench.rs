@@ -442,6 +442,26 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
         );
     });
     eprintln!("CSV load {csv_n} x 16 ({file_mb:.0} MB): {t_csv:.3} s");
+    // pandas' read_csv on the same file, in the same run, when a Python is given.
+    let t_pandas: Option<f64> = if compare {
+        let python = std::env::var("BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
+        let code = "import sys, time, statistics, pandas as pd\n\
+                    pd.read_csv(sys.argv[1])\n\
+                    ts = []\n\
+                    for _ in range(3):\n    t = time.perf_counter(); pd.read_csv(sys.argv[1]); ts.append(time.perf_counter() - t)\n\
+                    print(statistics.median(ts))\n";
+        std::process::Command::new(&python)
+            .args(["-c", code, &path_str])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+    } else {
+        None
+    };
+    if let Some(t) = t_pandas {
+        eprintln!("pandas read_csv on the same file: {t:.3} s");
+    }
     let bin = crate::root().join("target").join("release").join("ssl-cli");
     let (t_cli, peak_mb) = if bin.exists() {
         let model_out = out.join("bench-model.json");
@@ -603,7 +623,14 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
     }
     let _ = writeln!(
         md,
-        "\nCSV: reading {csv_n} × 16 floats + label ({file_mb:.0} MB) into the feature matrix: {t_csv:.3} s. pandas 3.1.1 `read_csv` on the same size of file: 0.64 s with 2 threads (shared/baseline/README.md, not this run).\n"
+        "\nCSV: reading {csv_n} × 16 floats + label ({file_mb:.0} MB) into the feature matrix: {t_csv:.3} s. {}\n",
+        match t_pandas {
+            Some(t) => format!(
+                "pandas `read_csv` on the same file in this run: {t:.3} s (ratio {:.2}×).",
+                t / t_csv
+            ),
+            None => "pandas 3.1.1 `read_csv` on a file of the same shape: 0.64 s (shared/baseline/README.md, not this run; `--compare` times it here).".into(),
+        }
     );
     let _ = writeln!(
         md,
@@ -695,6 +722,26 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
     let (model, op) = what
         .split_once('-')
         .ok_or_else(|| format!("expected <model>-<fit|predict>, got {what:?}"))?;
+    if what == "csv-load" {
+        let path = crate::root().join("target/bench/data_1000000x16_v2.csv");
+        let path = path.to_string_lossy().to_string();
+        for _ in 0..6 {
+            let t = Instant::now();
+            let data = ssl_cli::data::read_csv(
+                &path,
+                &ssl_cli::data::ReadOptions {
+                    label: Some("label"),
+                    features: None,
+                    unlabeled_marker: "",
+                    require_label: true,
+                },
+            )
+            .map_err(|e| format!("{e} (run `cargo xtask bench --csv-only` first)"))?;
+            std::hint::black_box(data);
+            eprintln!("csv load: {:.4} s", t.elapsed().as_secs_f64());
+        }
+        return Ok(());
+    }
     let n = 1_000_000;
     let (x, y) = if matches!(model, "bnb" | "mnb") {
         count_data(n, d, k, 0)
