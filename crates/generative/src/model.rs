@@ -227,9 +227,10 @@ pub trait GenerativeClassifier: Send + Sync {
     }
 
     /// As [`log_joint_into`](Self::log_joint_into) without [`check_input`](Self::check_input)
-    /// on the rows. Only for rows this model family has already accepted (EM evaluates the same
-    /// rows every iteration; re-checking them cost a fifth of an iteration at d = 16). Unchecked
-    /// non-finite rows give non-finite output, never a panic.
+    /// on the rows: the caller guarantees that the same rows already passed `check_input` of a
+    /// model of this family whose domain this one contains (EM evaluates the same rows every
+    /// iteration, and re-checking read the whole input again each time). Rows that did not may
+    /// give meaningless output (never a panic: an unseen category scores −∞).
     fn log_joint_into_prechecked(
         &self,
         x: MatRef<'_, f64>,

@@ -667,7 +667,14 @@ impl GenerativeClassifier for CategoricalNaiveBayes {
                 let mut acc = self.log_priors[c];
                 for j in 0..self.n_features {
                     let m = self.n_categories[j];
-                    acc += self.log_theta[self.offsets[j] + c * m + x[(i, j)] as usize];
+                    let v = x[(i, j)] as usize;
+                    // Checked input never fails this test; unchecked input must not index
+                    // another feature's block or panic.
+                    acc += if v < m {
+                        self.log_theta[self.offsets[j] + c * m + v]
+                    } else {
+                        f64::NEG_INFINITY
+                    };
                 }
                 out[(i, c)] = acc;
             }

@@ -575,6 +575,14 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
         a.log_joint(counts.as_ref()).unwrap(),
         b.log_joint(counts.as_ref()).unwrap(),
     );
+    // Unchecked rows never panic: an unseen category scores -inf.
+    let mut unseen = counts.clone();
+    unseen[(0, 0)] = 99.0;
+    let mut out = Mat::<f64>::zeros(unseen.nrows(), 3);
+    a.log_joint_into_prechecked(unseen.as_ref(), out.as_mut(), model::Posterior::Joint)
+        .unwrap();
+    assert_eq!(out[(0, 0)], f64::NEG_INFINITY);
+    assert!(a.check_input(unseen.as_ref()).is_err());
     // A label out of range past the first chunk is named by its row in the whole input.
     let mut bad = y.clone();
     bad[7_000] = 3;

@@ -16,16 +16,17 @@ fn qda() -> Checked<GaussianParams> {
         .unwrap()
 }
 
+fn try_fit_qda(s: &Scenario, params: EmParams) -> ssl_em::Result<EmFit<GaussianClassifier>> {
+    SemiSupervisedEm::new(qda(), params).unwrap().fit(
+        s.x_labeled.as_ref(),
+        &s.y_labeled,
+        s.n_classes,
+        s.x_unlabeled.as_ref(),
+    )
+}
+
 fn fit_qda(s: &Scenario, params: EmParams) -> EmFit<GaussianClassifier> {
-    SemiSupervisedEm::new(qda(), params)
-        .unwrap()
-        .fit(
-            s.x_labeled.as_ref(),
-            &s.y_labeled,
-            s.n_classes,
-            s.x_unlabeled.as_ref(),
-        )
-        .unwrap()
+    try_fit_qda(s, params).unwrap()
 }
 
 fn auto() -> EmParams {
@@ -481,19 +482,12 @@ fn non_finite_unlabeled_rows_are_errors_on_every_path() {
     let mut s = two_clusters_per_class(3, 10, 1000);
     s.x_unlabeled[(1_500, 1)] = f64::NAN;
     for components in [Components::Uniform(1), Components::Uniform(2)] {
-        let err = SemiSupervisedEm::new(
-            qda(),
+        let err = try_fit_qda(
+            &s,
             EmParams {
                 components,
                 ..Default::default()
             },
-        )
-        .unwrap()
-        .fit(
-            s.x_labeled.as_ref(),
-            &s.y_labeled,
-            s.n_classes,
-            s.x_unlabeled.as_ref(),
         )
         .expect_err("NaN in the unlabeled rows must be an error");
         assert!(
