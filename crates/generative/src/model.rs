@@ -278,7 +278,7 @@ pub trait GenerativeClassifier: Send + Sync {
                     self.log_joint_chunk(xc, chunk.as_mut());
                 } else {
                     self.posterior_scores_chunk(xc, chunk.as_mut());
-                    normalize_chunk(chunk.as_mut(), what == Posterior::Probability);
+                    normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
                 }
                 Ok(())
             })
@@ -324,7 +324,13 @@ pub enum Posterior {
 /// with one exponential per entry. Works column by column (the chunk is column-major), so the
 /// inner loops run over contiguous memory; rows whose maximum is not finite (all −∞, or +∞)
 /// take the exact path of [`log_normalize_in_place`].
-pub fn normalize_chunk(mut m: MatMut<'_, f64>, probability: bool) {
+///
+/// With `log_normalizers`, also writes ln Σ_k exp(m[i, k]) of each row there (EM's objective).
+pub fn normalize_chunk(
+    mut m: MatMut<'_, f64>,
+    probability: bool,
+    mut log_normalizers: Option<&mut [f64]>,
+) {
     let (b, k) = (m.nrows(), m.ncols());
     let mut max = vec![f64::NEG_INFINITY; b];
     for j in 0..k {
@@ -370,6 +376,11 @@ pub fn normalize_chunk(mut m: MatMut<'_, f64>, probability: bool) {
             }
         }
     }
+    if let Some(out) = log_normalizers.as_deref_mut() {
+        for ((o, mx), sm) in out.iter_mut().zip(&shift).zip(&sum) {
+            *o = mx + sm.ln();
+        }
+    }
     if probability {
         let inv: Vec<f64> = sum.iter().map(|s| 1.0 / s).collect();
         for j in 0..k {
@@ -388,7 +399,10 @@ pub fn normalize_chunk(mut m: MatMut<'_, f64>, probability: bool) {
         }
     }
     for (i, mut row) in special {
-        log_normalize_in_place(&mut row);
+        let log_norm = log_normalize_in_place(&mut row);
+        if let Some(out) = log_normalizers.as_deref_mut() {
+            out[i] = log_norm;
+        }
         for j in 0..k {
             m[(i, j)] = if probability { row[j].exp() } else { row[j] };
         }
@@ -492,10 +506,17 @@ mod tests {
         ];
         for probability in [false, true] {
             let mut m = Mat::from_fn(rows.len(), 3, |i, j| rows[i][j]);
-            normalize_chunk(m.as_mut(), probability);
+            let mut log_norm = vec![0.0; rows.len()];
+            normalize_chunk(m.as_mut(), probability, Some(&mut log_norm));
             for (i, r) in rows.iter().enumerate() {
                 let mut want = r.to_vec();
-                log_normalize_in_place(&mut want);
+                let want_norm = log_normalize_in_place(&mut want);
+                assert!(
+                    log_norm[i] == want_norm
+                        || (log_norm[i] - want_norm).abs() <= 4.0 * f64::EPSILON * want_norm.abs(),
+                    "row {i}: normaliser {} vs {want_norm}",
+                    log_norm[i]
+                );
                 for j in 0..3 {
                     let w = if probability { want[j].exp() } else { want[j] };
                     let got = m[(i, j)];

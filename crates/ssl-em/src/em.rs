@@ -10,8 +10,8 @@ use std::ops::Range;
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
-use density::numerics::{exp_shifted_accumulate, log_sum_exp};
-use generative::model::Posterior;
+use density::numerics::log_sum_exp;
+use generative::model::{Posterior, normalize_chunk};
 use generative::parallel::CHUNK_ROWS;
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
@@ -536,8 +536,9 @@ where
 }
 
 /// The soft E-step of [`estep`] when every component is allowed for every row (the unlabeled
-/// rows), column by column with one vectorised exponential per entry. Returns Σ_i ln Σ_c
-/// p(x_i, c) and the column sums of the responsibilities, both summed in chunk order.
+/// rows): the chunk normalisation that predictions use (one vectorised exponential per entry),
+/// then the scale. Returns Σ_i ln Σ_c p(x_i, c) and the column sums of the responsibilities,
+/// both summed in chunk order.
 fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Vec<f64>) {
     let k = lj.ncols();
     let parts: Vec<(f64, Vec<f64>)> = resp
@@ -545,49 +546,20 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
         .enumerate()
         .map(|(chunk, mut r)| {
             let b = r.nrows();
-            let l = lj.subrows(chunk * CHUNK_ROWS, b);
-            let mut max = vec![f64::NEG_INFINITY; b];
-            for c in 0..k {
-                for (m, v) in max.iter_mut().zip(l.col(c).iter()) {
-                    *m = m.max(*v);
-                }
-            }
-            // Rows whose maximum is not finite (every joint −∞) are made uniform below.
-            let shift: Vec<f64> = max
-                .iter()
-                .map(|m| if m.is_finite() { *m } else { 0.0 })
-                .collect();
-            let mut sum = vec![0.0; b];
-            let mut e = vec![0.0; b];
-            for c in 0..k {
-                for (t, v) in e.iter_mut().zip(l.col(c).iter()) {
-                    *t = *v;
-                }
-                exp_shifted_accumulate(&mut e, &shift, &mut sum);
-                with_column(r.as_mut(), c, |col| col.copy_from_slice(&e));
-            }
-            let mut acc = 0.0;
-            let uniform = scale / k as f64;
-            let factor: Vec<f64> = (0..b)
-                .map(|i| {
-                    if max[i].is_finite() {
-                        acc += max[i] + sum[i].ln();
-                        scale / sum[i]
-                    } else {
-                        acc += -f64::MAX;
-                        f64::NAN
-                    }
+            r.copy_from(lj.subrows(chunk * CHUNK_ROWS, b));
+            let mut log_norm = vec![0.0; b];
+            normalize_chunk(r.as_mut(), true, Some(&mut log_norm));
+            // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
+            let acc: f64 = log_norm.iter().map(|v| v.max(-f64::MAX)).sum();
+            let ones = vec![1.0; b];
+            let col_sums = (0..k)
+                .map(|c| {
+                    with_column(r.as_mut(), c, |col| {
+                        col.iter_mut().for_each(|v| *v *= scale);
+                        density::numerics::dot(col, &ones)
+                    })
                 })
                 .collect();
-            let mut col_sums = vec![0.0; k];
-            for (c, cs) in col_sums.iter_mut().enumerate() {
-                *cs = with_column(r.as_mut(), c, |col| {
-                    for ((v, f), m) in col.iter_mut().zip(&factor).zip(&max) {
-                        *v = if m.is_finite() { *v * f } else { uniform };
-                    }
-                    density::numerics::dot(col, &ones(col.len()))
-                });
-            }
             (acc, col_sums)
         })
         .collect();
@@ -614,10 +586,6 @@ fn with_column<R>(mut m: MatMut<'_, f64>, c: usize, f: impl FnOnce(&mut [f64]) -
         *dst = *v;
     }
     out
-}
-
-fn ones(n: usize) -> Vec<f64> {
-    vec![1.0; n]
 }
 
 /// Class-level posteriors from component-level log joints.
