@@ -10,6 +10,7 @@
 mod error;
 pub mod family;
 pub mod linalg;
+pub mod mahalanobis;
 pub mod mvn;
 pub mod numerics;
 pub mod regularize;

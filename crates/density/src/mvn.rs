@@ -8,7 +8,7 @@
 //! ln N(x | μ, Σ) = −½ (d ln 2π + ln|Σ| + (x − μ)ᵀ Σ⁻¹ (x − μ))
 //! ```
 
-use crate::linalg::solve_lower_triangular_in_place;
+use crate::mahalanobis::squared_mahalanobis;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::{Mat, MatRef, Par};
@@ -19,8 +19,8 @@ use crate::{DensityError, Result};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
-/// Rows per block in batched evaluation: large enough for the triangular solve to run at
-/// matrix-product speed, small enough to stay in cache.
+/// Rows per block in batched evaluation (the diagonal structures' loops; the full one is
+/// blocked inside `squared_mahalanobis`).
 const BLOCK_ROWS: usize = 256;
 
 /// How the covariance is parameterised.
@@ -272,9 +272,8 @@ impl MultivariateNormal {
         Ok(out)
     }
 
-    /// Writes ln N(x_i | μ, Σ) for every row of `x` into `out`, in blocks of rows: each block is
-    /// centred into a d × b scratch matrix (one point per column), whitened by one triangular
-    /// solve `L z = x − μ`, and reduced to squared column norms.
+    /// Writes ln N(x_i | μ, Σ) for every row of `x` into `out`, in blocks of rows; a full
+    /// covariance whitens each row by forward substitution with `L` ([`squared_mahalanobis`]).
     pub fn log_pdf_rows_into(&self, x: MatRef<'_, f64>, out: &mut [f64]) -> Result<()> {
         let d = self.dim();
         if x.ncols() != d {
@@ -291,22 +290,15 @@ impl MultivariateNormal {
                 got: out.len(),
             });
         }
-        let mut z = Mat::<f64>::zeros(d, BLOCK_ROWS.min(x.nrows()));
         for (block, out_block) in out.chunks_mut(BLOCK_ROWS).enumerate() {
             let r0 = block * BLOCK_ROWS;
             let b = out_block.len();
             let xb = x.subrows(r0, b);
             match &self.factor {
                 Factor::Full(l) => {
-                    let mut zb = z.as_mut().subcols_mut(0, b);
-                    for i in 0..b {
-                        for j in 0..d {
-                            zb[(j, i)] = xb[(i, j)] - self.mean[j];
-                        }
-                    }
-                    solve_lower_triangular_in_place(l.as_ref(), zb.as_mut(), Par::Seq);
-                    for (i, o) in out_block.iter_mut().enumerate() {
-                        *o = self.log_norm - 0.5 * zb.as_ref().col(i).squared_norm_l2();
+                    squared_mahalanobis(xb, &self.mean, l.as_ref(), out_block);
+                    for o in out_block.iter_mut() {
+                        *o = self.log_norm - 0.5 * *o;
                     }
                 }
                 Factor::Diagonal(sd) => {

@@ -16,6 +16,7 @@
 //! of rows, and `ln|Σ| = 2 Σ ln L_ii`; no inverse or determinant is formed.
 
 use density::linalg::{matmul, solve_lower_triangular_in_place, solve_upper_triangular_in_place};
+use density::mahalanobis::squared_mahalanobis;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use density::regularize::{
@@ -535,10 +536,20 @@ impl GaussianClassifier {
     }
 }
 
-/// The chunk as a column-major matrix (copied once when it is not already one), so per-class
-/// loops read contiguous columns.
-fn contiguous_columns(x: MatRef<'_, f64>) -> Mat<f64> {
-    x.to_owned()
+/// `out[i, c] = value(i)` for every row, through a contiguous slice when the column is one.
+fn write_column(mut out: MatMut<'_, f64>, c: usize, value: impl Fn(usize) -> f64) {
+    match out.as_mut().col_mut(c).try_as_col_major_mut() {
+        Some(col) => {
+            for (i, o) in col.as_slice_mut().iter_mut().enumerate() {
+                *o = value(i);
+            }
+        }
+        None => {
+            for i in 0..out.nrows() {
+                out[(i, c)] = value(i);
+            }
+        }
+    }
 }
 
 impl GenerativeClassifier for GaussianClassifier {
@@ -641,35 +652,17 @@ impl GenerativeClassifier for GaussianClassifier {
             .collect();
         match self.structure {
             CovarianceStructure::Full => {
-                // z holds the centred rows (b × d, column-major, so filling is contiguous); the
-                // solve runs on its transpose, L zᵀ = (x − μ)ᵀ.
-                let x_cols = contiguous_columns(x);
-                let mut z = Mat::<f64>::zeros(b, d);
+                // ‖L_c⁻¹(x − μ_c)‖² by forward substitution, read straight from x's layout.
                 let mut norms = vec![0.0; b];
                 for c in 0..k {
                     let mu = &self.means[c * d..(c + 1) * d];
-                    for j in 0..d {
-                        let m = mu[j];
-                        for (zi, xi) in z.col_as_slice_mut(j).iter_mut().zip(x_cols.col_as_slice(j))
-                        {
-                            *zi = xi - m;
-                        }
-                    }
                     let l = MatRef::from_column_major_slice(
                         &self.factors[c * d * d..(c + 1) * d * d],
                         d,
                         d,
                     );
-                    solve_lower_triangular_in_place(l, z.as_mut().transpose_mut(), Par::Seq);
-                    norms.iter_mut().for_each(|v| *v = 0.0);
-                    for j in 0..d {
-                        for (v, zi) in norms.iter_mut().zip(z.col_as_slice(j)) {
-                            *v += zi * zi;
-                        }
-                    }
-                    for (i, v) in norms.iter().enumerate() {
-                        out[(i, c)] = log_norm[c] - 0.5 * v;
-                    }
+                    squared_mahalanobis(x, mu, l, &mut norms);
+                    write_column(out.as_mut(), c, |i| log_norm[c] - 0.5 * norms[i]);
                 }
             }
             CovarianceStructure::Tied => {
