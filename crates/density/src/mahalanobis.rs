@@ -4,13 +4,14 @@
 //! the batched log-density. It used to be faer's triangular solve on a d × 4096 block; at the
 //! small d of classification (2–64) that solve spent most of its time in blocking and dispatch,
 //! not arithmetic (EM at d = 16 ran at a third of the machine's multiply rate). Here rows are
-//! taken [`ROWS`] at a time, their centred d × 16 block lives in L1, and centring, substitution
-//! and the norm are one pass with four independent vector accumulators per column.
+//! taken eight SIMD vectors at a time (32 rows with AVX2), their centred block lives in L1, and
+//! centring, substitution and the norm are one pass with eight independent accumulators.
 //!
-//! The arithmetic is plain multiply and subtract (no fused multiply-add), so the result does not
-//! depend on which SIMD width the CPU offers; it is a deterministic function of the row alone, so
-//! neither chunking nor thread count changes it. No inverse is formed: `1 / L_jj` is the only
-//! reciprocal, and it scales the substitution exactly as dividing would, to within one rounding.
+//! Every multiply-add is fused and correctly rounded on every path (hardware FMA, or pulp's exact
+//! software `fma` on a CPU without it), so the result does not depend on the SIMD width the CPU
+//! offers; it is a deterministic function of the row alone, so neither chunking nor thread count
+//! changes it. No inverse is formed: `1 / L_jj` is the only reciprocal, and it scales the
+//! substitution as dividing would, to within one rounding.
 
 use faer::MatRef;
 
@@ -64,11 +65,10 @@ impl pulp::WithSimd for Kernel<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
-        // Four vectors of rows per block: four independent dependency chains per column.
-        let rows = 4 * S::F64_LANES;
+        let rows = VECTORS * S::F64_LANES;
         let mut z = vec![0.0f64; self.mean.len() * rows];
         let mut norms = vec![0.0f64; rows];
-        let mut done = Vec::with_capacity(4 * self.mean.len());
+        let mut done = Vec::with_capacity(VECTORS * self.mean.len());
         for (block, out_block) in self.out.chunks_mut(rows).enumerate() {
             let x = self.x.subrows(block * rows, out_block.len());
             gather_centred(x, self.mean, rows, &mut z);
@@ -121,9 +121,13 @@ fn gather_centred(x: MatRef<'_, f64>, mean: &[f64], rows: usize, z: &mut [f64]) 
     }
 }
 
-/// Forward substitution `L w = z` on a d × `rows` block (rows = 4 vectors), writing the squared
-/// norm of each of the block's columns (one per data row) to `norms`. The current column lives in
-/// registers; finished ones go to the scratch `done`, which the later columns read.
+/// Vectors of rows per block: eight independent fused multiply-add chains per column, enough to
+/// keep both FMA units of a core busy through the instruction's latency.
+const VECTORS: usize = 8;
+
+/// Forward substitution `L w = z` on a d × `rows` block (rows = [`VECTORS`] vectors), writing the
+/// squared norm of each of the block's columns (one per data row) to `norms`. The current column
+/// lives in registers; finished ones go to the scratch `done`, which the later columns read.
 #[inline(always)]
 fn substitute<S: pulp::Simd>(
     simd: S,
@@ -134,42 +138,30 @@ fn substitute<S: pulp::Simd>(
     done: &mut Vec<S::f64s>,
     norms: &mut [f64],
 ) {
-    let zero = simd.splat_f64s(0.0);
-    let (mut n0, mut n1, mut n2, mut n3) = (zero, zero, zero, zero);
-    // Whitened columns so far, as vectors (the substitution for column j reads all before it).
+    let mut n = [simd.splat_f64s(0.0); VECTORS];
     done.clear();
     let mut start = 0;
     for (j, &scale) in inv_diag.iter().enumerate() {
         let (zj, _) = S::as_simd_f64s(&z[j * rows..(j + 1) * rows]);
-        let [mut a0, mut a1, mut a2, mut a3] = [zj[0], zj[1], zj[2], zj[3]];
-        for (wk, &l) in done.chunks_exact(4).zip(&packed[start..start + j]) {
-            let l = simd.splat_f64s(l);
-            if let [b0, b1, b2, b3] = *wk {
-                a0 = simd.sub_f64s(a0, simd.mul_f64s(l, b0));
-                a1 = simd.sub_f64s(a1, simd.mul_f64s(l, b1));
-                a2 = simd.sub_f64s(a2, simd.mul_f64s(l, b2));
-                a3 = simd.sub_f64s(a3, simd.mul_f64s(l, b3));
+        let mut a = [simd.splat_f64s(0.0); VECTORS];
+        a.copy_from_slice(&zj[..VECTORS]);
+        for (wk, &l) in done.chunks_exact(VECTORS).zip(&packed[start..start + j]) {
+            // a − l·w_k, rounded once (the same fused operation on every instruction set).
+            let minus_l = simd.splat_f64s(-l);
+            for v in 0..VECTORS {
+                a[v] = simd.mul_add_f64s(minus_l, wk[v], a[v]);
             }
         }
         start += j;
         let s = simd.splat_f64s(scale);
-        let [w0, w1, w2, w3] = [
-            simd.mul_f64s(a0, s),
-            simd.mul_f64s(a1, s),
-            simd.mul_f64s(a2, s),
-            simd.mul_f64s(a3, s),
-        ];
-        n0 = simd.add_f64s(n0, simd.mul_f64s(w0, w0));
-        n1 = simd.add_f64s(n1, simd.mul_f64s(w1, w1));
-        n2 = simd.add_f64s(n2, simd.mul_f64s(w2, w2));
-        n3 = simd.add_f64s(n3, simd.mul_f64s(w3, w3));
-        done.extend_from_slice(&[w0, w1, w2, w3]);
+        for v in 0..VECTORS {
+            a[v] = simd.mul_f64s(a[v], s);
+            n[v] = simd.mul_add_f64s(a[v], a[v], n[v]);
+        }
+        done.extend_from_slice(&a);
     }
     let (out, _) = S::as_mut_simd_f64s(norms);
-    out[0] = n0;
-    out[1] = n1;
-    out[2] = n2;
-    out[3] = n3;
+    out[..VECTORS].copy_from_slice(&n);
 }
 
 #[cfg(test)]

@@ -188,8 +188,25 @@ pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64
     );
 }
 
+/// Sum of a slice with eight fixed partial sums (combined in a fixed order), so the loop
+/// vectorises; the result does not depend on threads, alignment or the SIMD width.
+#[inline(always)]
+pub fn sum(a: &[f64]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = a.chunks_exact(8);
+    let rest = chunks.remainder();
+    for x in chunks {
+        for l in 0..8 {
+            acc[l] += x[l];
+        }
+    }
+    let tail: f64 = rest.iter().sum();
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
 /// Dot product of two equal-length slices, with eight fixed partial sums (combined in a fixed
 /// order) so the loop vectorises; the result does not depend on threads or alignment.
+#[inline(always)]
 pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
@@ -209,6 +226,7 @@ pub fn dot(a: &[f64], b: &[f64]) -> f64 {
 }
 
 /// Σ_i w_i (x_i − m)², vectorised as [`dot`].
+#[inline(always)]
 pub fn weighted_sum_sq(w: &[f64], x: &[f64], m: f64) -> f64 {
     let n = w.len().min(x.len());
     let (w, x) = (&w[..n], &x[..n]);
@@ -366,6 +384,8 @@ mod tests {
                 .map(|(w, x)| w * (x - 1.5) * (x - 1.5))
                 .sum();
             assert!((weighted_sum_sq(&w, &b, 1.5) - naive).abs() < 1e-12 * (1.0 + naive));
+            let naive: f64 = b.iter().sum();
+            assert!((sum(&b) - naive).abs() < 1e-12 * (1.0 + naive.abs()));
         }
     }
 

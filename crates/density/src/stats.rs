@@ -149,10 +149,24 @@ impl SufficientStats {
 
     /// Replaces `self` by the statistics of `x` with `weights` (lengths must already agree),
     /// reusing `buffer` as scratch so a hot loop does not allocate.
+    ///
+    /// The element-wise loops (weighted sums, square roots, centring) run inside pulp's
+    /// run-time dispatch, so they use the CPU's widest SIMD; their sums have fixed partial-sum
+    /// orders, so every instruction set gives the same bits.
     pub fn accumulate_rows(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Mat<f64>) {
+        pulp::Arch::new().dispatch(Accumulate {
+            stats: self,
+            x,
+            weights,
+            buffer,
+        });
+    }
+
+    #[inline(always)]
+    fn accumulate_rows_body(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Mat<f64>) {
         let (n, d) = (x.nrows(), x.ncols());
         debug_assert_eq!(weights.len(), n);
-        let total: f64 = weights.iter().sum();
+        let total: f64 = crate::numerics::sum(weights);
         self.weight = total;
         self.mean.iter_mut().for_each(|m| *m = 0.0);
         self.scatter.iter_mut().for_each(|s| *s = 0.0);
@@ -250,8 +264,28 @@ impl SufficientStats {
     }
 }
 
+/// [`SufficientStats::accumulate_rows`] as one [`pulp::WithSimd`] operation (compiled inside
+/// pulp's target-feature function for each instruction set).
+struct Accumulate<'a> {
+    stats: &'a mut SufficientStats,
+    x: MatRef<'a, f64>,
+    weights: &'a [f64],
+    buffer: &'a mut Mat<f64>,
+}
+
+impl pulp::WithSimd for Accumulate<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        self.stats
+            .accumulate_rows_body(self.x, self.weights, self.buffer);
+    }
+}
+
 /// Column `j` of `x` as a contiguous slice: borrowed when it already is one, else copied into
 /// `scratch`.
+#[inline(always)]
 fn column<'a>(x: MatRef<'a, f64>, j: usize, scratch: &'a mut Vec<f64>) -> &'a [f64] {
     match x.col(j).try_as_col_major() {
         Some(c) => c.as_slice(),
