@@ -14,6 +14,7 @@ pub mod mahalanobis;
 pub mod mvn;
 pub mod numerics;
 pub mod regularize;
+pub mod scatter;
 pub mod stats;
 
 pub use error::DensityError;

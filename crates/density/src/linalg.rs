@@ -55,26 +55,3 @@ pub fn solve_upper_triangular_in_place(u: MatRef<'_, f64>, rhs: MatMut<'_, f64>,
     triangular_solve::solve_upper_triangular_in_place(u, rhs, par);
     clear_upper_simd_state();
 }
-
-/// `dst = AᵀA` for a tall `a` (n × d), computing only the lower triangle with faer's triangular
-/// product (half the flops of a full product) and mirroring it, so `dst` is exactly symmetric.
-pub fn gram_lower(mut dst: MatMut<'_, f64>, a: MatRef<'_, f64>, par: Par) {
-    matmul::triangular::matmul(
-        dst.as_mut(),
-        matmul::triangular::BlockStructure::TriangularLower,
-        Accum::Replace,
-        a.transpose(),
-        matmul::triangular::BlockStructure::Rectangular,
-        a,
-        matmul::triangular::BlockStructure::Rectangular,
-        1.0,
-        par,
-    );
-    clear_upper_simd_state();
-    let d = dst.nrows();
-    for j in 0..d {
-        for i in j + 1..d {
-            dst[(j, i)] = dst[(i, j)];
-        }
-    }
-}

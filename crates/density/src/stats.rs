@@ -11,7 +11,7 @@
 //! M = Ma + Mb + δ δᵀ Wa Wb / W
 //! ```
 
-use faer::{Mat, MatRef, Par};
+use faer::{Mat, MatRef};
 
 use crate::{DensityError, Result};
 
@@ -117,8 +117,8 @@ impl SufficientStats {
     }
 
     /// Statistics of the rows of `x` (n × d) with per-row weights: per fixed chunk of rows, the
-    /// weighted mean, then the centred scatter as one matrix product
-    /// `(√w ∘ (X - mean))ᵀ (√w ∘ (X - mean))`; chunks are merged in order.
+    /// weighted mean, then the scatter of the rows centred at it
+    /// ([`crate::scatter::weighted_mean_and_scatter`]); chunks are merged in order.
     ///
     /// Uses `Par::Seq`: callers parallelise over fixed chunks and merge in order, which keeps
     /// results bit-identical across thread counts.
@@ -132,7 +132,7 @@ impl SufficientStats {
             });
         }
         // Fixed chunks merged in order: the scratch buffer stays chunk × d whatever n is.
-        let mut buffer = Mat::<f64>::zeros(0, 0);
+        let mut buffer = Vec::new();
         let mut out = Self::new(d, kind);
         let mut part = Self::new(d, kind);
         for start in (0..n).step_by(FROM_ROWS_CHUNK) {
@@ -153,7 +153,7 @@ impl SufficientStats {
     /// The element-wise loops (weighted sums, square roots, centring) run inside pulp's
     /// run-time dispatch, so they use the CPU's widest SIMD; their sums have fixed partial-sum
     /// orders, so every instruction set gives the same bits.
-    pub fn accumulate_rows(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Mat<f64>) {
+    pub fn accumulate_rows(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Vec<f64>) {
         pulp::Arch::new().dispatch(Accumulate {
             stats: self,
             x,
@@ -163,7 +163,7 @@ impl SufficientStats {
     }
 
     #[inline(always)]
-    fn accumulate_rows_body(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Mat<f64>) {
+    fn accumulate_rows_body(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Vec<f64>) {
         let (n, d) = (x.nrows(), x.ncols());
         debug_assert_eq!(weights.len(), n);
         let total: f64 = crate::numerics::sum(weights);
@@ -191,37 +191,25 @@ impl SufficientStats {
             }
             return self.accumulate_rows(compact.as_ref(), &compact_w, buffer);
         }
-        // Columns as contiguous slices (copied once when x is row-major), so the loops below
-        // vectorise.
-        let mut scratch = Vec::new();
-        for j in 0..d {
-            let col = column(x, j, &mut scratch);
-            let acc = crate::numerics::dot(weights, col);
-            self.mean[j] = acc / total;
-        }
         match self.kind {
+            ScatterKind::Full => crate::scatter::weighted_mean_and_scatter(
+                x,
+                weights,
+                total,
+                &mut self.mean,
+                &mut self.scatter,
+                buffer,
+            ),
             ScatterKind::Diagonal => {
+                // Columns as contiguous slices (copied once when x is row-major), so the loops
+                // vectorise.
+                let mut scratch = Vec::new();
                 for j in 0..d {
-                    let m = self.mean[j];
                     let col = column(x, j, &mut scratch);
+                    let m = crate::numerics::dot(weights, col) / total;
+                    self.mean[j] = m;
                     self.scatter[j] = crate::numerics::weighted_sum_sq(weights, col, m);
                 }
-            }
-            ScatterKind::Full => {
-                if buffer.nrows() != n || buffer.ncols() != d {
-                    *buffer = Mat::zeros(n, d);
-                }
-                let sqrt_w: Vec<f64> = weights.iter().map(|w| w.sqrt()).collect();
-                for j in 0..d {
-                    let m = self.mean[j];
-                    let col = column(x, j, &mut scratch);
-                    let out = buffer.col_as_slice_mut(j);
-                    for ((o, sw), v) in out.iter_mut().zip(&sqrt_w).zip(col) {
-                        *o = sw * (v - m);
-                    }
-                }
-                let s = faer::MatMut::from_column_major_slice_mut(&mut self.scatter, d, d);
-                crate::linalg::gram_lower(s, buffer.as_ref(), Par::Seq);
             }
         }
     }
@@ -270,7 +258,7 @@ struct Accumulate<'a> {
     stats: &'a mut SufficientStats,
     x: MatRef<'a, f64>,
     weights: &'a [f64],
-    buffer: &'a mut Mat<f64>,
+    buffer: &'a mut Vec<f64>,
 }
 
 impl pulp::WithSimd for Accumulate<'_> {

@@ -205,7 +205,7 @@ impl WeightedFit for Checked<GaussianParams> {
         // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
         let partials = map_chunks(sets, |chunk| {
             check_chunk(&chunk)?;
-            let mut buffer = Mat::zeros(0, 0);
+            let mut buffer = Vec::new();
             let mut w_buf = Vec::new();
             let mut out = Vec::with_capacity(k);
             for c in 0..k {
