@@ -16,6 +16,8 @@ pub mod numerics;
 pub mod regularize;
 pub mod scatter;
 pub mod stats;
+#[cfg(test)]
+mod test_layouts;
 
 pub use error::DensityError;
 pub use family::{

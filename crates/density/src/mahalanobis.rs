@@ -200,18 +200,8 @@ mod tests {
                 let (x, mean, l) = random_problem(n, d, seed as u64 * 100 + n as u64);
                 let lower = Mat::from_fn(d, d, |i, j| if i >= j { l[(i, j)] } else { 0.0 });
                 let want = reference(x.as_ref(), &mean, lower.as_ref());
-                // The same rows as a row-major view and as a view with row stride −1 (neither
-                // rows nor columns contiguous, the generic path).
-                let row_major: Vec<f64> = (0..n)
-                    .flat_map(|i| (0..d).map(move |j| (i, j)))
-                    .map(|(i, j)| x[(i, j)])
-                    .collect();
-                let reversed = Mat::from_fn(n, d, |i, j| x[(n - 1 - i, j)]);
-                let layouts = [
-                    x.as_ref(),
-                    MatRef::from_row_major_slice(&row_major, n, d),
-                    reversed.as_ref().reverse_rows(),
-                ];
+                let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+                let layouts = layouts.views(x.as_ref());
                 let mut first: Option<Vec<f64>> = None;
                 for (which, view) in layouts.into_iter().enumerate() {
                     let mut got = vec![f64::NAN; n];

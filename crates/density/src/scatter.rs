@@ -216,16 +216,8 @@ mod tests {
                     .collect();
                 let total: f64 = w.iter().sum();
                 let (want_mean, want) = reference(x.as_ref(), &w);
-                let row_major: Vec<f64> = (0..n)
-                    .flat_map(|t| (0..d).map(move |j| (t, j)))
-                    .map(|(t, j)| x[(t, j)])
-                    .collect();
-                let reversed = Mat::from_fn(n, d, |t, j| x[(n - 1 - t, j)]);
-                let views = [
-                    x.as_ref(),
-                    MatRef::from_row_major_slice(&row_major, n, d),
-                    reversed.as_ref().reverse_rows(),
-                ];
+                let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+                let views = layouts.views(x.as_ref());
                 let mut first: Option<(Vec<f64>, Vec<f64>)> = None;
                 for (which, view) in views.into_iter().enumerate() {
                     let mut mean = vec![f64::NAN; d];
