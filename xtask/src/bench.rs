@@ -475,6 +475,16 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
     if let Some(t) = t_pandas {
         eprintln!("pandas read_csv on the same file: {t:.3} s");
     }
+    // Time the ssl-cli of this tree, not a binary an earlier build left behind.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let built = std::process::Command::new(cargo)
+        .args(["build", "--release", "--quiet", "-p", "ssl-cli"])
+        .current_dir(crate::root())
+        .status()
+        .map_err(|e| format!("building ssl-cli: {e}"))?;
+    if !built.success() {
+        return Err("building ssl-cli for the end-to-end benchmark failed".into());
+    }
     let bin = crate::root().join("target").join("release").join("ssl-cli");
     let (t_cli, peak_mb) = if bin.exists() {
         let model_out = out.join("bench-model.json");
