@@ -4,8 +4,9 @@
 //! the batched log-density. It used to be faer's triangular solve on a d × 4096 block; at the
 //! small d of classification (2–64) that solve spent most of its time in blocking and dispatch,
 //! not arithmetic (EM at d = 16 ran at a third of the machine's multiply rate). Here rows are
-//! taken eight SIMD vectors at a time (32 rows with AVX2), their centred block lives in L1, and
-//! centring, substitution and the norm are one pass with eight independent accumulators.
+//! taken eight SIMD vectors at a time with AVX-512 (64 rows), four with AVX2 (16 rows), their
+//! centred block lives in L1, and centring, substitution and the norm are one pass; columns are
+//! substituted in pairs so that each loaded vector feeds two fused multiply-adds.
 //!
 //! Every multiply-add is fused and correctly rounded on every path (hardware FMA, or pulp's exact
 //! software `fma` on a CPU without it), so the result does not depend on the SIMD width the CPU
@@ -65,14 +66,26 @@ impl pulp::WithSimd for Kernel<'_> {
 
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
-        let rows = VECTORS * S::F64_LANES;
+        // Vectors of rows per block: 2·V accumulator chains must fit in the registers.
+        if S::REGISTER_COUNT >= 32 {
+            self.run::<S, 8>(simd);
+        } else {
+            self.run::<S, 4>(simd);
+        }
+    }
+}
+
+impl Kernel<'_> {
+    #[inline(always)]
+    fn run<S: pulp::Simd, const V: usize>(self, simd: S) {
+        let rows = V * S::F64_LANES;
         let mut z = vec![0.0f64; self.mean.len() * rows];
         let mut norms = vec![0.0f64; rows];
-        let mut done = Vec::with_capacity(VECTORS * self.mean.len());
+        let mut done = Vec::with_capacity(V * self.mean.len());
         for (block, out_block) in self.out.chunks_mut(rows).enumerate() {
             let x = self.x.subrows(block * rows, out_block.len());
             gather_centred(x, self.mean, rows, &mut z);
-            substitute(
+            substitute::<S, V>(
                 simd,
                 &z,
                 rows,
@@ -121,15 +134,13 @@ fn gather_centred(x: MatRef<'_, f64>, mean: &[f64], rows: usize, z: &mut [f64]) 
     }
 }
 
-/// Vectors of rows per block: eight independent fused multiply-add chains per column, enough to
-/// keep both FMA units of a core busy through the instruction's latency.
-const VECTORS: usize = 8;
-
-/// Forward substitution `L w = z` on a d × `rows` block (rows = [`VECTORS`] vectors), writing the
-/// squared norm of each of the block's columns (one per data row) to `norms`. The current column
-/// lives in registers; finished ones go to the scratch `done`, which the later columns read.
+/// Forward substitution `L w = z` on a d × `rows` block (rows = `V` vectors), writing the squared
+/// norm of each of the block's columns (one per data row) to `norms`. Columns are substituted two
+/// at a time, so each finished vector loaded from `done` feeds two fused multiply-adds (the loop
+/// is otherwise bound by loads), with 2·V independent accumulator chains. Each lane's operations
+/// and their order are those of plain forward substitution, so pairing changes no bit.
 #[inline(always)]
-fn substitute<S: pulp::Simd>(
+fn substitute<S: pulp::Simd, const V: usize>(
     simd: S,
     z: &[f64],
     rows: usize,
@@ -138,30 +149,61 @@ fn substitute<S: pulp::Simd>(
     done: &mut Vec<S::f64s>,
     norms: &mut [f64],
 ) {
-    let mut n = [simd.splat_f64s(0.0); VECTORS];
+    let d = inv_diag.len();
+    let zero = simd.splat_f64s(0.0);
+    let mut n = [zero; V];
     done.clear();
-    let mut start = 0;
-    for (j, &scale) in inv_diag.iter().enumerate() {
-        let (zj, _) = S::as_simd_f64s(&z[j * rows..(j + 1) * rows]);
-        let mut a = [simd.splat_f64s(0.0); VECTORS];
-        a.copy_from_slice(&zj[..VECTORS]);
-        for (wk, &l) in done.chunks_exact(VECTORS).zip(&packed[start..start + j]) {
-            // a − l·w_k, rounded once (the same fused operation on every instruction set).
-            let minus_l = simd.splat_f64s(-l);
-            for v in 0..VECTORS {
-                a[v] = simd.mul_add_f64s(minus_l, wk[v], a[v]);
+    // Row j of the strict lower triangle starts at j(j − 1)/2 in `packed`.
+    let lower_row = |j: usize| &packed[j * j.saturating_sub(1) / 2..][..j];
+    let start = |j: usize| -> [S::f64s; V] {
+        let mut a = [zero; V];
+        a.copy_from_slice(&S::as_simd_f64s(&z[j * rows..(j + 1) * rows]).0[..V]);
+        a
+    };
+    let mut j = 0;
+    while j < d {
+        let mut a = start(j);
+        let lj = lower_row(j);
+        if j + 1 < d {
+            let mut b = start(j + 1);
+            let lj1 = lower_row(j + 1);
+            for ((wk, &l), &l1) in done.chunks_exact(V).zip(lj).zip(lj1) {
+                // a − l·w_k and b − l′·w_k, each rounded once.
+                let (m, m1) = (simd.splat_f64s(-l), simd.splat_f64s(-l1));
+                for v in 0..V {
+                    a[v] = simd.mul_add_f64s(m, wk[v], a[v]);
+                    b[v] = simd.mul_add_f64s(m1, wk[v], b[v]);
+                }
             }
+            let s = simd.splat_f64s(inv_diag[j]);
+            let m = simd.splat_f64s(-lj1[j]);
+            let s1 = simd.splat_f64s(inv_diag[j + 1]);
+            for v in 0..V {
+                a[v] = simd.mul_f64s(a[v], s);
+                n[v] = simd.mul_add_f64s(a[v], a[v], n[v]);
+                b[v] = simd.mul_f64s(simd.mul_add_f64s(m, a[v], b[v]), s1);
+                n[v] = simd.mul_add_f64s(b[v], b[v], n[v]);
+            }
+            done.extend_from_slice(&a);
+            done.extend_from_slice(&b);
+            j += 2;
+        } else {
+            for (wk, &l) in done.chunks_exact(V).zip(lj) {
+                let m = simd.splat_f64s(-l);
+                for v in 0..V {
+                    a[v] = simd.mul_add_f64s(m, wk[v], a[v]);
+                }
+            }
+            let s = simd.splat_f64s(inv_diag[j]);
+            for v in 0..V {
+                a[v] = simd.mul_f64s(a[v], s);
+                n[v] = simd.mul_add_f64s(a[v], a[v], n[v]);
+            }
+            j += 1;
         }
-        start += j;
-        let s = simd.splat_f64s(scale);
-        for v in 0..VECTORS {
-            a[v] = simd.mul_f64s(a[v], s);
-            n[v] = simd.mul_add_f64s(a[v], a[v], n[v]);
-        }
-        done.extend_from_slice(&a);
     }
     let (out, _) = S::as_mut_simd_f64s(norms);
-    out[..VECTORS].copy_from_slice(&n);
+    out[..V].copy_from_slice(&n);
 }
 
 #[cfg(test)]

@@ -136,6 +136,12 @@ fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
     simd.reduce_sum_f64s(s)
 }
 
+/// Rows per pass over all tiles: the tiles re-read the block's columns, so a pass covers only as
+/// many rows as stay in cache (128 rows × 64 columns = 64 KB), and each tile's accumulators wait
+/// in memory between passes. Every lane still sums its rows in order, so the pass length does not
+/// change the result.
+const PASS_ROWS: usize = 128;
+
 /// The lower triangle of Σ_t w_t y_t y_tᵀ in TILE_J × TK register tiles, mirrored into `out`.
 #[inline(always)]
 fn tiles<S: pulp::Simd, const TK: usize>(
@@ -149,28 +155,39 @@ fn tiles<S: pulp::Simd, const TK: usize>(
 ) {
     let column = |j: usize| S::as_simd_f64s(&y[j * rows..(j + 1) * rows]).0;
     let zero = simd.splat_f64s(0.0);
-    for j0 in (0..cols).step_by(TILE_J) {
-        let yj: [&[S::f64s]; TILE_J] = std::array::from_fn(|i| column(j0 + i));
-        for k0 in (0..j0 + TILE_J).step_by(TK) {
-            let yk: [&[S::f64s]; TK] = std::array::from_fn(|i| column(k0 + i));
-            let mut acc = [[zero; TK]; TILE_J];
-            for (v, &wt) in w.iter().enumerate() {
+    // The tiles of the lower triangle, in a fixed order, with their accumulators.
+    let tile_list: Vec<(usize, usize)> = (0..cols)
+        .step_by(TILE_J)
+        .flat_map(|j0| (0..j0 + TILE_J).step_by(TK).map(move |k0| (j0, k0)))
+        .collect();
+    let mut saved = vec![[[zero; TK]; TILE_J]; tile_list.len()];
+    let pass = (PASS_ROWS / S::F64_LANES).max(1);
+    for v0 in (0..w.len()).step_by(pass) {
+        let v1 = (v0 + pass).min(w.len());
+        for (&(j0, k0), acc) in tile_list.iter().zip(saved.iter_mut()) {
+            let yj: [&[S::f64s]; TILE_J] = std::array::from_fn(|i| &column(j0 + i)[v0..v1]);
+            let yk: [&[S::f64s]; TK] = std::array::from_fn(|i| &column(k0 + i)[v0..v1]);
+            let mut a_acc = *acc;
+            for (v, &wt) in w[v0..v1].iter().enumerate() {
                 let a: [S::f64s; TILE_J] = std::array::from_fn(|i| simd.mul_f64s(wt, yj[i][v]));
                 for kk in 0..TK {
                     let b = yk[kk][v];
                     for i in 0..TILE_J {
-                        acc[i][kk] = simd.mul_add_f64s(a[i], b, acc[i][kk]);
+                        a_acc[i][kk] = simd.mul_add_f64s(a[i], b, a_acc[i][kk]);
                     }
                 }
             }
-            for (i, row) in acc.iter().enumerate() {
-                for (kk, a) in row.iter().enumerate() {
-                    let (j, k) = (j0 + i, k0 + kk);
-                    if j < d && k <= j {
-                        let s = simd.reduce_sum_f64s(*a);
-                        out[k * d + j] = s;
-                        out[j * d + k] = s;
-                    }
+            *acc = a_acc;
+        }
+    }
+    for (&(j0, k0), acc) in tile_list.iter().zip(&saved) {
+        for (i, row) in acc.iter().enumerate() {
+            for (kk, a) in row.iter().enumerate() {
+                let (j, k) = (j0 + i, k0 + kk);
+                if j < d && k <= j {
+                    let s = simd.reduce_sum_f64s(*a);
+                    out[k * d + j] = s;
+                    out[j * d + k] = s;
                 }
             }
         }
