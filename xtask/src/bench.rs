@@ -33,22 +33,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Median seconds of `reps` runs after one warm-up run.
-fn time_it(reps: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    median(
-        (0..reps.max(1))
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
-}
-
-/// Fastest of `reps` runs after one warm-up run (for profiling comparisons on a noisy machine).
-fn time_min(reps: usize, mut f: impl FnMut()) -> f64 {
+/// Seconds of each of `reps` runs after one warm-up run.
+fn run_times(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
     f();
     (0..reps.max(1))
         .map(|_| {
@@ -56,7 +42,17 @@ fn time_min(reps: usize, mut f: impl FnMut()) -> f64 {
             f();
             t.elapsed().as_secs_f64()
         })
-        .fold(f64::INFINITY, f64::min)
+        .collect()
+}
+
+/// Median seconds of `reps` runs after one warm-up run.
+fn time_it(reps: usize, f: impl FnMut()) -> f64 {
+    median(run_times(reps, f))
+}
+
+/// Fastest of `reps` runs after one warm-up run (for profiling comparisons on a noisy machine).
+fn time_min(reps: usize, f: impl FnMut()) -> f64 {
+    run_times(reps, f).into_iter().fold(f64::INFINITY, f64::min)
 }
 
 /// K Gaussian classes with class-specific means and mixing matrices (as the scikit-learn script).

@@ -84,7 +84,7 @@ impl Kernel<'_> {
         let mut done = Vec::with_capacity(V * self.mean.len());
         for (block, out_block) in self.out.chunks_mut(rows).enumerate() {
             let x = self.x.subrows(block * rows, out_block.len());
-            gather_centred(x, self.mean, rows, &mut z);
+            crate::block::gather_columns(x, Some(self.mean), rows, &mut z);
             substitute::<S, V>(
                 simd,
                 &z,
@@ -95,41 +95,6 @@ impl Kernel<'_> {
                 &mut norms,
             );
             out_block.copy_from_slice(&norms[..out_block.len()]);
-        }
-    }
-}
-
-/// `z[j·rows + t] = x[t, j] − μ_j` for the block's rows, zero past them (padding rows stay 0).
-#[inline(always)]
-fn gather_centred(x: MatRef<'_, f64>, mean: &[f64], rows: usize, z: &mut [f64]) {
-    let b = x.nrows();
-    if b < rows {
-        z.chunks_exact_mut(rows).for_each(|zj| zj[b..].fill(0.0));
-    }
-    if x.row_stride() == 1 {
-        // Column-major: each column of the block is contiguous.
-        for (j, zj) in z.chunks_exact_mut(rows).enumerate() {
-            let m = mean[j];
-            if let Some(col) = x.col(j).try_as_col_major() {
-                for (o, v) in zj.iter_mut().zip(col.as_slice()) {
-                    *o = v - m;
-                }
-            }
-        }
-    } else if x.col_stride() == 1 {
-        // Row-major (the CLI's layout): each row is contiguous.
-        for t in 0..b {
-            if let Some(row) = x.row(t).try_as_row_major() {
-                for ((zj, v), m) in z.chunks_exact_mut(rows).zip(row.as_slice()).zip(mean) {
-                    zj[t] = v - m;
-                }
-            }
-        }
-    } else {
-        for (j, zj) in z.chunks_exact_mut(rows).enumerate() {
-            for t in 0..b {
-                zj[t] = x[(t, j)] - mean[j];
-            }
         }
     }
 }

@@ -19,10 +19,6 @@ use crate::{DensityError, Result};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
-/// Rows per block in batched evaluation (the diagonal structures' loops; the full one is
-/// blocked inside `squared_mahalanobis`).
-const BLOCK_ROWS: usize = 256;
-
 /// How the covariance is parameterised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CovarianceKind {
@@ -272,8 +268,8 @@ impl MultivariateNormal {
         Ok(out)
     }
 
-    /// Writes ln N(x_i | μ, Σ) for every row of `x` into `out`, in blocks of rows; a full
-    /// covariance whitens each row by forward substitution with `L` ([`squared_mahalanobis`]).
+    /// Writes ln N(x_i | μ, Σ) for every row of `x` into `out`; a full covariance whitens each
+    /// row by forward substitution with `L` ([`squared_mahalanobis`], blocked inside).
     pub fn log_pdf_rows_into(&self, x: MatRef<'_, f64>, out: &mut [f64]) -> Result<()> {
         let d = self.dim();
         if x.ncols() != d {
@@ -290,36 +286,31 @@ impl MultivariateNormal {
                 got: out.len(),
             });
         }
-        for (block, out_block) in out.chunks_mut(BLOCK_ROWS).enumerate() {
-            let r0 = block * BLOCK_ROWS;
-            let b = out_block.len();
-            let xb = x.subrows(r0, b);
-            match &self.factor {
-                Factor::Full(l) => {
-                    squared_mahalanobis(xb, &self.mean, l.as_ref(), out_block);
-                    for o in out_block.iter_mut() {
-                        *o = self.log_norm - 0.5 * *o;
-                    }
+        match &self.factor {
+            Factor::Full(l) => {
+                squared_mahalanobis(x, &self.mean, l.as_ref(), out);
+                for o in out.iter_mut() {
+                    *o = self.log_norm - 0.5 * *o;
                 }
-                Factor::Diagonal(sd) => {
-                    for (i, o) in out_block.iter_mut().enumerate() {
-                        let mut q = 0.0;
-                        for j in 0..d {
-                            let t = (xb[(i, j)] - self.mean[j]) / sd[j];
-                            q += t * t;
-                        }
-                        *o = self.log_norm - 0.5 * q;
+            }
+            Factor::Diagonal(sd) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    let mut q = 0.0;
+                    for j in 0..d {
+                        let t = (x[(i, j)] - self.mean[j]) / sd[j];
+                        q += t * t;
                     }
+                    *o = self.log_norm - 0.5 * q;
                 }
-                Factor::Spherical(sd) => {
-                    for (i, o) in out_block.iter_mut().enumerate() {
-                        let mut q = 0.0;
-                        for j in 0..d {
-                            let t = xb[(i, j)] - self.mean[j];
-                            q += t * t;
-                        }
-                        *o = self.log_norm - 0.5 * q / (sd * sd);
+            }
+            Factor::Spherical(sd) => {
+                for (i, o) in out.iter_mut().enumerate() {
+                    let mut q = 0.0;
+                    for j in 0..d {
+                        let t = x[(i, j)] - self.mean[j];
+                        q += t * t;
                     }
+                    *o = self.log_norm - 0.5 * q / (sd * sd);
                 }
             }
         }

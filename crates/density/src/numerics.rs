@@ -189,7 +189,8 @@ pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64
 }
 
 /// Sum of a slice with eight fixed partial sums (combined in a fixed order), so the loop
-/// vectorises; the result does not depend on threads, alignment or the SIMD width.
+/// vectorises; the result does not depend on threads, alignment or the SIMD width, and equals
+/// `dot(a, ones)` bit for bit.
 #[inline(always)]
 pub fn sum(a: &[f64]) -> f64 {
     let mut acc = [0.0f64; 8];
@@ -200,7 +201,10 @@ pub fn sum(a: &[f64]) -> f64 {
             acc[l] += x[l];
         }
     }
-    let tail: f64 = rest.iter().sum();
+    let mut tail = 0.0;
+    for x in rest {
+        tail += x;
+    }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 

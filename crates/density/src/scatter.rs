@@ -73,7 +73,7 @@ impl pulp::WithSimd for Kernel<'_> {
         scratch.resize((cols + 1) * rows, 0.0);
         let (y, w) = scratch.split_at_mut(cols * rows);
         w[..n].copy_from_slice(weights);
-        gather(x, rows, y);
+        crate::block::gather_columns(x, None, rows, y);
         let (wv, _) = S::as_simd_f64s(w);
         for (j, m) in mean.iter_mut().enumerate() {
             let col = &mut y[j * rows..(j + 1) * rows];
@@ -86,33 +86,6 @@ impl pulp::WithSimd for Kernel<'_> {
             tiles::<S, 4>(simd, y, wv, rows, d, cols, scatter);
         } else {
             tiles::<S, 2>(simd, y, wv, rows, d, cols, scatter);
-        }
-    }
-}
-
-/// Copies `x` into `y` column-major with column stride `rows` (rows past x's stay 0).
-#[inline(always)]
-fn gather(x: MatRef<'_, f64>, rows: usize, y: &mut [f64]) {
-    let (n, d) = (x.nrows(), x.ncols());
-    if x.row_stride() == 1 {
-        for j in 0..d {
-            if let Some(col) = x.col(j).try_as_col_major() {
-                y[j * rows..j * rows + n].copy_from_slice(col.as_slice());
-            }
-        }
-    } else if x.col_stride() == 1 {
-        for t in 0..n {
-            if let Some(row) = x.row(t).try_as_row_major() {
-                for (j, v) in row.as_slice().iter().enumerate() {
-                    y[j * rows + t] = *v;
-                }
-            }
-        }
-    } else {
-        for j in 0..d {
-            for t in 0..n {
-                y[j * rows + t] = x[(t, j)];
-            }
         }
     }
 }

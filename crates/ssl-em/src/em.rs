@@ -551,12 +551,11 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
             normalize_chunk(r.as_mut(), true, Some(&mut log_norm));
             // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
             let acc: f64 = log_norm.iter().map(|v| v.max(-f64::MAX)).sum();
-            let ones = vec![1.0; b];
             let col_sums = (0..k)
                 .map(|c| {
                     with_column(r.as_mut(), c, |col| {
                         col.iter_mut().for_each(|v| *v *= scale);
-                        density::numerics::dot(col, &ones)
+                        density::numerics::sum(col)
                     })
                 })
                 .collect();
