@@ -27,7 +27,9 @@ use density::stats::{Mergeable, ScatterKind, SufficientStats};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{check_chunk, check_sets, map_chunks, resp_column};
+use crate::parallel::{
+    LabelGroups, check_chunk, check_sets, gather_rows, map_chunks, map_chunks_by_label, resp_column,
+};
 use crate::{GenerativeError, Result};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
@@ -203,16 +205,34 @@ impl WeightedFit for Checked<GaussianParams> {
         let (d, k) = check_sets(sets)?;
         let kind = self.structure.scatter_kind();
         // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
-        let partials = map_chunks(sets, |chunk| {
+        let partials = map_chunks_by_label(sets, |chunk| {
             check_chunk(&chunk)?;
             let mut buffer = Vec::new();
             let mut w_buf = Vec::new();
             let mut out = Vec::with_capacity(k);
-            for c in 0..k {
-                let w = resp_column(chunk.resp, c, &mut w_buf);
-                let mut st = SufficientStats::new(d, kind);
-                st.accumulate_rows(chunk.x, w, &mut buffer);
-                out.push(st);
+            match chunk.labels {
+                // Labeled rows: one grouping pass, then each class's rows alone (weight one)
+                // instead of K passes over one-hot columns that are mostly zero.
+                Some(labels) => {
+                    let groups = LabelGroups::new(labels, k);
+                    let ones = vec![1.0; groups.largest()];
+                    let mut rows_buf = Vec::new();
+                    for c in 0..k {
+                        let rows = groups.rows(c);
+                        let xc = gather_rows(chunk.x, rows, &mut rows_buf);
+                        let mut st = SufficientStats::new(d, kind);
+                        st.accumulate_rows(xc, &ones[..rows.len()], &mut buffer);
+                        out.push(st);
+                    }
+                }
+                None => {
+                    for c in 0..k {
+                        let w = resp_column(chunk.resp, c, &mut w_buf);
+                        let mut st = SufficientStats::new(d, kind);
+                        st.accumulate_rows(chunk.x, w, &mut buffer);
+                        out.push(st);
+                    }
+                }
             }
             Ok(out)
         })?;

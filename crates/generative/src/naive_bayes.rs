@@ -19,7 +19,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{check_chunk, check_sets, map_chunks};
+use crate::parallel::{check_chunk, check_sets, map_chunks, map_chunks_by_label, resp_column};
 use crate::{GenerativeError, Result};
 
 fn check_alpha(alpha: f64) -> Result<()> {
@@ -61,6 +61,20 @@ impl CountStats {
             Par::Seq,
         );
     }
+    /// As `add_chunk` with one-hot responsibilities: each row adds to its own class only.
+    fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) {
+        for &l in labels {
+            self.class_weights[l] += 1.0;
+        }
+        let mut scratch = Vec::new();
+        for j in 0..x.ncols() {
+            let col = resp_column(x, j, &mut scratch);
+            let mut counts = self.counts.col_mut(j);
+            for (&v, &l) in col.iter().zip(labels) {
+                counts[l] += v;
+            }
+        }
+    }
     fn merge(&mut self, other: &Self) {
         for (a, b) in self.class_weights.iter_mut().zip(&other.class_weights) {
             *a += b;
@@ -72,12 +86,14 @@ impl CountStats {
     where
         F: Fn(MatRef<'_, f64>, usize) -> Result<Option<Mat<f64>>> + Sync,
     {
-        let parts = map_chunks(sets, |chunk| {
+        let parts = map_chunks_by_label(sets, |chunk| {
             check_chunk(&chunk)?;
             let mut st = CountStats::zeros(k, d);
-            match prepare(chunk.x, chunk.first_row)? {
-                Some(xb) => st.add_chunk(xb.as_ref(), chunk.resp),
-                None => st.add_chunk(chunk.x, chunk.resp),
+            let prepared = prepare(chunk.x, chunk.first_row)?;
+            let x = prepared.as_ref().map_or(chunk.x, |xb| xb.as_ref());
+            match chunk.labels {
+                Some(labels) => st.add_labeled_chunk(x, labels),
+                None => st.add_chunk(x, chunk.resp),
             }
             Ok(st)
         })?;

@@ -5,7 +5,7 @@
 //! combined in chunk order. The same input therefore gives bit-identical output on 1 or N
 //! threads.
 
-use faer::MatRef;
+use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
 use crate::model::{Responsibilities, WeightedRows, one_hot};
@@ -20,7 +20,11 @@ pub struct Chunk<'a> {
     pub set: usize,
     pub first_row: usize,
     pub x: MatRef<'a, f64>,
+    /// The chunk's responsibilities (b × K). From [`map_chunks_by_label`], a labeled chunk has
+    /// none (b × 0): its `labels` say everything.
     pub resp: MatRef<'a, f64>,
+    /// The chunk's class labels (each checked to be < K) when its set is labeled.
+    pub labels: Option<&'a [usize]>,
     /// The set was checked by the caller (`check_chunk` is then a no-op).
     pub prechecked: bool,
 }
@@ -69,7 +73,26 @@ pub fn check_sets(sets: &[WeightedRows<'_>]) -> Result<(usize, usize)> {
 
 /// Runs `f` on every fixed chunk of every set in parallel and returns the results in set and
 /// chunk order. The first error in that order is returned, so messages are deterministic too.
+/// A labeled set's chunks come with their one-hot responsibilities (and their labels).
 pub fn map_chunks<T, F>(sets: &[WeightedRows<'_>], f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Chunk<'_>) -> Result<T> + Sync,
+{
+    map_chunks_impl(sets, true, f)
+}
+
+/// As [`map_chunks`], but a labeled set's chunks carry only their labels (`resp` is b × 0), for
+/// fits that visit each class's rows directly instead of scanning K one-hot columns.
+pub fn map_chunks_by_label<T, F>(sets: &[WeightedRows<'_>], f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Chunk<'_>) -> Result<T> + Sync,
+{
+    map_chunks_impl(sets, false, f)
+}
+
+fn map_chunks_impl<T, F>(sets: &[WeightedRows<'_>], one_hot_labels: bool, f: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(Chunk<'_>) -> Result<T> + Sync,
@@ -93,10 +116,10 @@ where
                     first_row: r0,
                     x,
                     resp: resp.subrows(r0, b),
+                    labels: None,
                     prechecked: set.prechecked,
                 }),
                 Responsibilities::Labels { labels, n_classes } => {
-                    // The chunk's one-hot block (b × K) only, built by the worker.
                     let labels = &labels[r0..r0 + b];
                     if let Some(i) = labels.iter().position(|l| *l >= n_classes) {
                         return Err(GenerativeError::InvalidParameter {
@@ -109,12 +132,18 @@ where
                             ),
                         });
                     }
-                    let block = one_hot(labels, n_classes)?;
+                    // The chunk's one-hot block (b × K) only, built by the worker.
+                    let block = if one_hot_labels {
+                        one_hot(labels, n_classes)?
+                    } else {
+                        Mat::zeros(b, 0)
+                    };
                     f(Chunk {
                         set: s,
                         first_row: r0,
                         x,
                         resp: block.as_ref(),
+                        labels: Some(labels),
                         prechecked: set.prechecked,
                     })
                 }
@@ -122,6 +151,73 @@ where
         })
         .collect();
     results.into_iter().collect()
+}
+
+/// A chunk's rows grouped by class: a counting sort that keeps each class's rows in their
+/// original order, so a per-class pass sees the same rows in the same order as a pass that
+/// skips the rows of weight zero.
+#[derive(Debug, Default)]
+pub struct LabelGroups {
+    order: Vec<u32>,
+    starts: Vec<usize>,
+}
+
+impl LabelGroups {
+    /// Groups `labels` (each < `k`; chunks are far shorter than `u32::MAX` rows).
+    pub fn new(labels: &[usize], k: usize) -> Self {
+        let mut starts = vec![0usize; k + 1];
+        for &l in labels {
+            starts[l + 1] += 1;
+        }
+        for c in 0..k {
+            starts[c + 1] += starts[c];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; labels.len()];
+        for (i, &l) in labels.iter().enumerate() {
+            order[next[l]] = i as u32;
+            next[l] += 1;
+        }
+        Self { order, starts }
+    }
+
+    /// Row indices (within the chunk) of class `c`, ascending.
+    pub fn rows(&self, c: usize) -> &[u32] {
+        &self.order[self.starts[c]..self.starts[c + 1]]
+    }
+
+    /// Size of the largest class.
+    pub fn largest(&self) -> usize {
+        self.starts
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Copies the given rows of `x` into `out` as a column-major rows.len() × d matrix.
+pub fn gather_rows<'a>(x: MatRef<'_, f64>, rows: &[u32], out: &'a mut Vec<f64>) -> MatRef<'a, f64> {
+    let (m, d) = (rows.len(), x.ncols());
+    out.clear();
+    out.resize(m * d, 0.0);
+    for j in 0..d {
+        let dst = &mut out[j * m..(j + 1) * m];
+        match x.col(j).try_as_col_major() {
+            Some(col) => {
+                let col = col.as_slice();
+                for (o, &i) in dst.iter_mut().zip(rows) {
+                    *o = col[i as usize];
+                }
+            }
+            None => {
+                for (o, &i) in dst.iter_mut().zip(rows) {
+                    *o = x[(i as usize, j)];
+                }
+            }
+        }
+    }
+    MatRef::from_column_major_slice(&out[..], m, d)
 }
 
 /// Checks that a chunk's features are finite and its responsibilities finite and ≥ 0.
@@ -202,5 +298,37 @@ pub fn resp_column<'a>(resp: MatRef<'a, f64>, k: usize, buf: &'a mut Vec<f64>) -
             buf.extend((0..resp.nrows()).map(|i| resp[(i, k)]));
             buf
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_groups_keep_each_class_in_row_order_and_gather_copies_those_rows() {
+        let labels = [2, 0, 2, 1, 0, 2, 2];
+        let g = LabelGroups::new(&labels, 4);
+        assert_eq!(g.rows(0), &[1, 4]);
+        assert_eq!(g.rows(1), &[3]);
+        assert_eq!(g.rows(2), &[0, 2, 5, 6]);
+        assert!(g.rows(3).is_empty());
+        assert_eq!(g.largest(), 4);
+        let x = Mat::from_fn(7, 3, |i, j| (10 * i + j) as f64);
+        // Column-major input and a row-major view of the same values gather the same matrix.
+        let row_major = x.transpose().to_owned();
+        let mut buf = Vec::new();
+        let mut buf_t = Vec::new();
+        let a = gather_rows(x.as_ref(), g.rows(2), &mut buf);
+        let b = gather_rows(row_major.transpose(), g.rows(2), &mut buf_t);
+        assert_eq!((a.nrows(), a.ncols()), (4, 3));
+        for (r, &i) in g.rows(2).iter().enumerate() {
+            for j in 0..3 {
+                assert_eq!(a[(r, j)], (10 * i as usize + j) as f64);
+                assert_eq!(b[(r, j)], a[(r, j)]);
+            }
+        }
+        let none = gather_rows(x.as_ref(), g.rows(3), &mut buf);
+        assert_eq!((none.nrows(), none.ncols()), (0, 3));
     }
 }
