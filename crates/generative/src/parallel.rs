@@ -200,21 +200,14 @@ impl LabelGroups {
 pub fn gather_rows<'a>(x: MatRef<'_, f64>, rows: &[u32], out: &'a mut Vec<f64>) -> MatRef<'a, f64> {
     let (m, d) = (rows.len(), x.ncols());
     out.clear();
-    out.resize(m * d, 0.0);
+    out.reserve(m * d);
     for j in 0..d {
-        let dst = &mut out[j * m..(j + 1) * m];
         match x.col(j).try_as_col_major() {
             Some(col) => {
                 let col = col.as_slice();
-                for (o, &i) in dst.iter_mut().zip(rows) {
-                    *o = col[i as usize];
-                }
+                out.extend(rows.iter().map(|&i| col[i as usize]));
             }
-            None => {
-                for (o, &i) in dst.iter_mut().zip(rows) {
-                    *o = x[(i as usize, j)];
-                }
-            }
+            None => out.extend(rows.iter().map(|&i| x[(i as usize, j)])),
         }
     }
     MatRef::from_column_major_slice(&out[..], m, d)
