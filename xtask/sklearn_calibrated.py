@@ -5,11 +5,12 @@ Usage (by `cargo xtask bench --compare`): python sklearn_calibrated.py <path to 
 The script keeps a timed repetition only if a canary (DGEMM 1024 and a 64 MiB copy) run before and
 after it reaches a fixed fraction of reference rates written for the machine it was first run on
 (78 GFLOP/s, 18 GB/s copy). On a machine whose quiet copy rate is below that threshold (an Intel Xeon
-here copies at about 13.3 GB/s against the 13.5 GB/s required) every repetition is judged "slow"
-and redone after waiting up to 15 minutes, so a full run never ends. This wrapper measures the
-canary on this machine while it is quiet (median of 5) and uses those rates as the references; the
-rule itself (discard a repetition when the host runs below 80% / 75% of its quiet speed) is
-unchanged.
+here copies at 12–15 GB/s) most repetitions are judged "slow" and redone after waits of up to 15
+minutes, so a full run never ends. This wrapper measures the canary on this machine while it is
+quiet (5 runs) and uses the slowest of those rates as the references, so a repetition is redone
+only when the host runs below 80% (DGEMM) / 75% (copy) of its ordinary quiet range. Our own side
+of the benchmark is not filtered at all (median of 3 after a warm-up), so this keeps the two
+sides closer to equal conditions; the check for other processes in the guest is unchanged.
 """
 import os
 import runpy
@@ -26,9 +27,9 @@ if "--threads" in sys.argv:
 with threadpool_limits(limits=threads):
     benchutil.wait_quiet()
     runs = [benchutil.canary(threads) for _ in range(5)]
-gflops = sorted(g for g, _ in runs)[2]
-copy = sorted(b for _, b in runs)[2]
-print(f"# canary references calibrated on this machine (median of 5 while quiet): "
+gflops = min(g for g, _ in runs)
+copy = min(b for _, b in runs)
+print(f"# canary references calibrated on this machine (slowest of 5 while quiet): "
       f"DGEMM {gflops:.1f} GFLOP/s on {threads} threads (script's reference "
       f"{benchutil.CANARY_REF['dgemm'].get(threads)}), copy {copy:.1f} GB/s (script's reference "
       f"{benchutil.CANARY_REF['copy']})", flush=True)
