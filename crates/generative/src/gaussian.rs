@@ -704,24 +704,48 @@ impl GenerativeClassifier for GaussianClassifier {
             CovarianceStructure::Diagonal
             | CovarianceStructure::TiedDiagonal
             | CovarianceStructure::Spherical => {
-                let mut inv_var = vec![0.0; d];
-                for c in 0..k {
-                    for (j, iv) in inv_var.iter_mut().enumerate() {
-                        *iv = 1.0
-                            / match self.structure {
-                                CovarianceStructure::Diagonal => self.factors[c * d + j],
-                                CovarianceStructure::TiedDiagonal => self.factors[j],
-                                _ => self.factors[c],
-                            };
-                    }
-                    let mu = &self.means[c * d..(c + 1) * d];
-                    for i in 0..b {
-                        let mut q = 0.0;
-                        for j in 0..d {
-                            let t = x[(i, j)] - mu[j];
-                            q += t * t * inv_var[j];
+                // Column by column over blocks of rows that stay in L1: each feature's values
+                // are contiguous, and every row keeps its own running sum over j in order (the
+                // same sums as row by row, vectorised across rows).
+                const BLOCK: usize = 512;
+                let inv_var: Vec<f64> = (0..k * d)
+                    .map(|cj| {
+                        let (c, j) = (cj / d, cj % d);
+                        1.0 / match self.structure {
+                            CovarianceStructure::Diagonal => self.factors[c * d + j],
+                            CovarianceStructure::TiedDiagonal => self.factors[j],
+                            _ => self.factors[c],
                         }
-                        out[(i, c)] = log_norm[c] - 0.5 * q;
+                    })
+                    .collect();
+                let columns: Vec<std::borrow::Cow<'_, [f64]>> = (0..d)
+                    .map(|j| match x.col(j).try_as_col_major() {
+                        Some(col) => std::borrow::Cow::Borrowed(col.as_slice()),
+                        None => std::borrow::Cow::Owned(x.col(j).iter().copied().collect()),
+                    })
+                    .collect();
+                let mut norms = vec![0.0; BLOCK];
+                for r0 in (0..b).step_by(BLOCK) {
+                    let r1 = (r0 + BLOCK).min(b);
+                    let norms = &mut norms[..r1 - r0];
+                    for c in 0..k {
+                        let mu = &self.means[c * d..(c + 1) * d];
+                        let iv = &inv_var[c * d..(c + 1) * d];
+                        norms.fill(0.0);
+                        pulp::Arch::new().dispatch(
+                            #[inline(always)]
+                            || {
+                                for ((col, &m), &iv) in columns.iter().zip(mu).zip(iv) {
+                                    for (q, v) in norms.iter_mut().zip(&col[r0..r1]) {
+                                        let t = v - m;
+                                        *q += t * t * iv;
+                                    }
+                                }
+                            },
+                        );
+                        for (i, q) in (r0..r1).zip(norms.iter()) {
+                            out[(i, c)] = log_norm[c] - 0.5 * q;
+                        }
                     }
                 }
             }
