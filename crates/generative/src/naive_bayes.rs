@@ -66,12 +66,26 @@ impl CountStats {
         for &l in labels {
             self.class_weights[l] += 1.0;
         }
+        // Four interleaved accumulators per class (row i adds to set i mod 4), so consecutive
+        // rows of one class do not wait on each other's addition; combined in a fixed order.
+        let k = self.class_weights.len();
+        let mut acc = vec![0.0; 4 * k];
         let mut scratch = Vec::new();
         for j in 0..x.ncols() {
             let col = resp_column(x, j, &mut scratch);
+            acc.fill(0.0);
+            let (rows4, tail) = (col.chunks_exact(4), col.len() / 4 * 4);
+            for (v4, l4) in rows4.zip(labels.chunks_exact(4)) {
+                for u in 0..4 {
+                    acc[u * k + l4[u]] += v4[u];
+                }
+            }
+            for (&v, &l) in col[tail..].iter().zip(&labels[tail..]) {
+                acc[l] += v;
+            }
             let mut counts = self.counts.col_mut(j);
-            for (&v, &l) in col.iter().zip(labels) {
-                counts[l] += v;
+            for l in 0..k {
+                counts[l] += (acc[l] + acc[k + l]) + (acc[2 * k + l] + acc[3 * k + l]);
             }
         }
     }
