@@ -7,7 +7,7 @@
 //! classifiers above need. Every fallible constructor returns a `DensityError`; nothing here
 //! panics on user input and no log-density is NaN.
 
-mod block;
+pub mod block;
 mod error;
 pub mod family;
 pub mod linalg;

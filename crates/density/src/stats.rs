@@ -181,15 +181,9 @@ impl SufficientStats {
         if nonzero * 8 < n * 7 {
             let rows: Vec<usize> = (0..n).filter(|&i| weights[i] != 0.0).collect();
             let compact_w: Vec<f64> = rows.iter().map(|&i| weights[i]).collect();
-            let mut compact = Mat::<f64>::zeros(nonzero, d);
-            let mut scratch = Vec::new();
-            for j in 0..d {
-                let col = column(x, j, &mut scratch);
-                for (o, &i) in compact.col_as_slice_mut(j).iter_mut().zip(&rows) {
-                    *o = col[i];
-                }
-            }
-            return self.accumulate_rows(compact.as_ref(), &compact_w, buffer);
+            let mut compact = Vec::new();
+            let compact = crate::block::gather_rows(x, &rows, &mut compact);
+            return self.accumulate_rows(compact, &compact_w, buffer);
         }
         match self.kind {
             ScatterKind::Full => crate::scatter::weighted_mean_and_scatter(
@@ -205,7 +199,7 @@ impl SufficientStats {
                 // vectorise.
                 let mut scratch = Vec::new();
                 for j in 0..d {
-                    let col = column(x, j, &mut scratch);
+                    let col = crate::block::column(x, j, &mut scratch);
                     let m = crate::numerics::dot(weights, col) / total;
                     self.mean[j] = m;
                     self.scatter[j] = crate::numerics::weighted_sum_sq(weights, col, m);
@@ -268,20 +262,6 @@ impl pulp::WithSimd for Accumulate<'_> {
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
         self.stats
             .accumulate_rows_body(self.x, self.weights, self.buffer);
-    }
-}
-
-/// Column `j` of `x` as a contiguous slice: borrowed when it already is one, else copied into
-/// `scratch`.
-#[inline(always)]
-fn column<'a>(x: MatRef<'a, f64>, j: usize, scratch: &'a mut Vec<f64>) -> &'a [f64] {
-    match x.col(j).try_as_col_major() {
-        Some(c) => c.as_slice(),
-        None => {
-            scratch.clear();
-            scratch.extend((0..x.nrows()).map(|i| x[(i, j)]));
-            scratch
-        }
     }
 }
 

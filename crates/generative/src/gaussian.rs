@@ -27,10 +27,9 @@ use density::stats::{Mergeable, ScatterKind, SufficientStats};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{
-    LabelGroups, check_chunk, check_sets, gather_rows, map_chunks, map_chunks_by_label, resp_column,
-};
+use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label};
 use crate::{GenerativeError, Result};
+use density::block::{column, gather_rows};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -227,7 +226,7 @@ impl WeightedFit for Checked<GaussianParams> {
                 }
                 None => {
                     for c in 0..k {
-                        let w = resp_column(chunk.resp, c, &mut w_buf);
+                        let w = column(chunk.resp, c, &mut w_buf);
                         let mut st = SufficientStats::new(d, kind);
                         st.accumulate_rows(chunk.x, w, &mut buffer);
                         out.push(st);

@@ -19,8 +19,9 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{check_chunk, check_sets, map_chunks, map_chunks_by_label, resp_column};
+use crate::parallel::{check_chunk, check_sets, map_chunks, map_chunks_by_label};
 use crate::{GenerativeError, Result};
+use density::block::column;
 
 fn check_alpha(alpha: f64) -> Result<()> {
     if !alpha.is_finite() || alpha < 0.0 {
@@ -72,7 +73,7 @@ impl CountStats {
         let mut acc = vec![0.0; 4 * k];
         let mut scratch = Vec::new();
         for j in 0..x.ncols() {
-            let col = resp_column(x, j, &mut scratch);
+            let col = column(x, j, &mut scratch);
             acc.fill(0.0);
             let (rows4, tail) = (col.chunks_exact(4), col.len() / 4 * 4);
             for (v4, l4) in rows4.zip(labels.chunks_exact(4)) {

@@ -5,6 +5,7 @@
 //! combined in chunk order. The same input therefore gives bit-identical output on 1 or N
 //! threads.
 
+use density::block::column;
 use faer::{Mat, MatRef};
 use rayon::prelude::*;
 
@@ -158,12 +159,12 @@ where
 /// skips the rows of weight zero.
 #[derive(Debug, Default)]
 pub struct LabelGroups {
-    order: Vec<u32>,
+    order: Vec<usize>,
     starts: Vec<usize>,
 }
 
 impl LabelGroups {
-    /// Groups `labels` (each < `k`; chunks are far shorter than `u32::MAX` rows).
+    /// Groups `labels` (each < `k`).
     pub fn new(labels: &[usize], k: usize) -> Self {
         let mut starts = vec![0usize; k + 1];
         for &l in labels {
@@ -173,16 +174,16 @@ impl LabelGroups {
             starts[c + 1] += starts[c];
         }
         let mut next = starts.clone();
-        let mut order = vec![0u32; labels.len()];
+        let mut order = vec![0usize; labels.len()];
         for (i, &l) in labels.iter().enumerate() {
-            order[next[l]] = i as u32;
+            order[next[l]] = i;
             next[l] += 1;
         }
         Self { order, starts }
     }
 
     /// Row indices (within the chunk) of class `c`, ascending.
-    pub fn rows(&self, c: usize) -> &[u32] {
+    pub fn rows(&self, c: usize) -> &[usize] {
         &self.order[self.starts[c]..self.starts[c + 1]]
     }
 
@@ -194,23 +195,6 @@ impl LabelGroups {
             .max()
             .unwrap_or(0)
     }
-}
-
-/// Copies the given rows of `x` into `out` as a column-major rows.len() × d matrix.
-pub fn gather_rows<'a>(x: MatRef<'_, f64>, rows: &[u32], out: &'a mut Vec<f64>) -> MatRef<'a, f64> {
-    let (m, d) = (rows.len(), x.ncols());
-    out.clear();
-    out.reserve(m * d);
-    for j in 0..d {
-        match x.col(j).try_as_col_major() {
-            Some(col) => {
-                let col = col.as_slice();
-                out.extend(rows.iter().map(|&i| col[i as usize]));
-            }
-            None => out.extend(rows.iter().map(|&i| x[(i as usize, j)])),
-        }
-    }
-    MatRef::from_column_major_slice(&out[..], m, d)
 }
 
 /// Checks that a chunk's features are finite and its responsibilities finite and ≥ 0.
@@ -254,14 +238,7 @@ pub fn check_rows(
     let mut scratch = Vec::new();
     let mut any = false;
     for j in 0..x.ncols() {
-        let col = match x.col(j).try_as_col_major() {
-            Some(c) => c.as_slice(),
-            None => {
-                scratch.clear();
-                scratch.extend(x.col(j).iter().copied());
-                &scratch[..]
-            }
-        };
+        let col = column(x, j, &mut scratch);
         any |= pulp::Arch::new().dispatch(
             #[inline(always)]
             || col.iter().fold(false, |a, v| a | bad(*v)),
@@ -281,22 +258,10 @@ pub fn check_rows(
     Ok(())
 }
 
-/// Column `k` of a chunk's responsibilities as a slice: borrowed when contiguous (the usual
-/// column-major case), else copied into `buf`.
-pub fn resp_column<'a>(resp: MatRef<'a, f64>, k: usize, buf: &'a mut Vec<f64>) -> &'a [f64] {
-    match resp.col(k).try_as_col_major() {
-        Some(c) => c.as_slice(),
-        None => {
-            buf.clear();
-            buf.extend((0..resp.nrows()).map(|i| resp[(i, k)]));
-            buf
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use density::block::gather_rows;
 
     #[test]
     fn label_groups_keep_each_class_in_row_order_and_gather_copies_those_rows() {
@@ -317,7 +282,7 @@ mod tests {
         assert_eq!((a.nrows(), a.ncols()), (4, 3));
         for (r, &i) in g.rows(2).iter().enumerate() {
             for j in 0..3 {
-                assert_eq!(a[(r, j)], (10 * i as usize + j) as f64);
+                assert_eq!(a[(r, j)], (10 * i + j) as f64);
                 assert_eq!(b[(r, j)], a[(r, j)]);
             }
         }

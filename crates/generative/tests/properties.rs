@@ -546,15 +546,25 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
         let diff = max_abs_diff(a.as_ref(), b.as_ref());
         assert!(diff <= 1e-12 * scale, "{diff}");
     };
+    // Row-major input, and a class holding most rows (the weighted path then no longer skips
+    // the zero-weight rows), fit the same models as well.
+    let x_rows = x.transpose().to_owned();
+    let y_skewed: Vec<usize> = y
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| if i % 10 == 0 { l } else { 0 })
+        .collect();
+    let r_skewed = one_hot(&y_skewed, 3).unwrap();
     for s in structures() {
-        let spec = GaussianParams {
-            structure: s,
-            ..Default::default()
-        }
-        .check()
-        .unwrap();
+        let spec = GaussianParams::with_structure(s).check().unwrap();
         let a = spec.fit(x.as_ref(), &y, 3).unwrap();
         let b = spec.fit_weighted(x.as_ref(), r.as_ref()).unwrap();
+        close(
+            a.log_joint(x.as_ref()).unwrap(),
+            b.log_joint(x.as_ref()).unwrap(),
+        );
+        let a = spec.fit(x_rows.transpose(), &y_skewed, 3).unwrap();
+        let b = spec.fit_weighted(x.as_ref(), r_skewed.as_ref()).unwrap();
         close(
             a.log_joint(x.as_ref()).unwrap(),
             b.log_joint(x.as_ref()).unwrap(),
@@ -575,29 +585,6 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
         a.log_joint(x.as_ref()).unwrap(),
         b.log_joint(x.as_ref()).unwrap(),
     );
-    // Row-major input, and a class holding most rows (the weighted path then no longer skips
-    // the zero-weight rows), fit the same models as well.
-    let x_rows = x.transpose().to_owned();
-    let y_skewed: Vec<usize> = y
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| if i % 10 == 0 { l } else { 0 })
-        .collect();
-    let r_skewed = one_hot(&y_skewed, 3).unwrap();
-    for s in structures() {
-        let spec = GaussianParams {
-            structure: s,
-            ..Default::default()
-        }
-        .check()
-        .unwrap();
-        let a = spec.fit(x_rows.transpose(), &y_skewed, 3).unwrap();
-        let b = spec.fit_weighted(x.as_ref(), r_skewed.as_ref()).unwrap();
-        close(
-            a.log_joint(x.as_ref()).unwrap(),
-            b.log_joint(x.as_ref()).unwrap(),
-        );
-    }
     let cnb = CategoricalNbParams::default().check().unwrap();
     let a = cnb.fit(counts.as_ref(), &y, 3).unwrap();
     let b = cnb.fit_weighted(counts.as_ref(), r.as_ref()).unwrap();
