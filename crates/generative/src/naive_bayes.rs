@@ -19,7 +19,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{check_chunk, check_sets, map_chunks, map_chunks_by_label};
+use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label};
 use crate::{GenerativeError, Result};
 use density::block::column;
 
@@ -40,6 +40,25 @@ struct CountStats {
     class_weights: Vec<f64>,
     /// K × d
     counts: Mat<f64>,
+}
+
+/// From this many columns on, labeled counts group rows by class first.
+const GROUP_MIN_COLUMNS: usize = 8;
+
+/// Σ of `col[i]` over `rows`, in four interleaved accumulators combined pairwise.
+#[inline(always)]
+fn gathered_sum(col: &[f64], rows: &[usize]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let tail = rows.len() / 4 * 4;
+    for r4 in rows.chunks_exact(4) {
+        for u in 0..4 {
+            acc[u] += col[r4[u]];
+        }
+    }
+    for &r in &rows[tail..] {
+        acc[0] += col[r];
+    }
+    (acc[0] + acc[2]) + (acc[1] + acc[3])
 }
 
 impl CountStats {
@@ -63,32 +82,60 @@ impl CountStats {
         );
     }
     /// As `add_chunk` with one-hot responsibilities: each row adds to its own class only.
-    fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) {
+    /// With `check_counts`, each column is also scanned for values that are not counts (negative
+    /// or non-finite) while it is in cache: one pass over the chunk instead of a check pass and a
+    /// counting pass. Returns whether any was found, so the caller can name the first one.
+    fn add_labeled_chunk(
+        &mut self,
+        x: MatRef<'_, f64>,
+        labels: &[usize],
+        check_counts: bool,
+    ) -> bool {
         for &l in labels {
             self.class_weights[l] += 1.0;
         }
-        // Four interleaved accumulators per class (row i adds to set i mod 4), so consecutive
-        // rows of one class do not wait on each other's addition; combined in a fixed order.
+        // With many columns, rows are grouped by class once per chunk, and each class's values
+        // are summed through its row indices (loads only). With few columns the grouping costs
+        // more than it saves, and each value is added to its class's accumulator directly. Both
+        // use four interleaved accumulators per class, combined in a fixed order.
         let k = self.class_weights.len();
+        let groups = (x.ncols() >= GROUP_MIN_COLUMNS).then(|| LabelGroups::new(labels, k));
         let mut acc = vec![0.0; 4 * k];
         let mut scratch = Vec::new();
+        let mut found = false;
         for j in 0..x.ncols() {
             let col = column(x, j, &mut scratch);
-            acc.fill(0.0);
-            let (rows4, tail) = (col.chunks_exact(4), col.len() / 4 * 4);
-            for (v4, l4) in rows4.zip(labels.chunks_exact(4)) {
-                for u in 0..4 {
-                    acc[u * k + l4[u]] += v4[u];
-                }
-            }
-            for (&v, &l) in col[tail..].iter().zip(&labels[tail..]) {
-                acc[l] += v;
+            if check_counts {
+                found |= pulp::Arch::new().dispatch(
+                    #[inline(always)]
+                    || col.iter().fold(false, |a, v| a | not_a_count(*v)),
+                );
             }
             let mut counts = self.counts.col_mut(j);
-            for l in 0..k {
-                counts[l] += (acc[l] + acc[k + l]) + (acc[2 * k + l] + acc[3 * k + l]);
+            match &groups {
+                Some(groups) => {
+                    for c in 0..k {
+                        counts[c] += gathered_sum(col, groups.rows(c));
+                    }
+                }
+                None => {
+                    acc.fill(0.0);
+                    let tail = col.len() / 4 * 4;
+                    for (v4, l4) in col.chunks_exact(4).zip(labels.chunks_exact(4)) {
+                        for u in 0..4 {
+                            acc[u * k + l4[u]] += v4[u];
+                        }
+                    }
+                    for (&v, &l) in col[tail..].iter().zip(&labels[tail..]) {
+                        acc[l] += v;
+                    }
+                    for c in 0..k {
+                        counts[c] += (acc[c] + acc[k + c]) + (acc[2 * k + c] + acc[3 * k + c]);
+                    }
+                }
             }
         }
+        found
     }
     fn merge(&mut self, other: &Self) {
         for (a, b) in self.class_weights.iter_mut().zip(&other.class_weights) {
@@ -97,17 +144,37 @@ impl CountStats {
         self.counts += &other.counts;
     }
     /// Runs `prepare` (e.g. binarising) on each chunk, then accumulates in chunk order.
-    fn collect<F>(sets: &[WeightedRows<'_>], k: usize, d: usize, prepare: F) -> Result<Self>
+    /// With `check_counts` (multinomial), values must be finite counts (≥ 0): the check is fused
+    /// into the counting pass of labeled chunks, where it replaces the finiteness check, and runs
+    /// before counting weighted ones.
+    fn collect<F>(
+        sets: &[WeightedRows<'_>],
+        k: usize,
+        d: usize,
+        prepare: F,
+        check_counts: bool,
+    ) -> Result<Self>
     where
         F: Fn(MatRef<'_, f64>, usize) -> Result<Option<Mat<f64>>> + Sync,
     {
         let parts = map_chunks_by_label(sets, |chunk| {
-            check_chunk(&chunk)?;
             let mut st = CountStats::zeros(k, d);
+            if let (Some(labels), true) = (chunk.labels, check_counts) {
+                if st.add_labeled_chunk(chunk.x, labels, true) {
+                    check_non_negative(chunk.x, chunk.first_row)?;
+                }
+                return Ok(st);
+            }
+            check_chunk(&chunk)?;
+            if check_counts {
+                check_non_negative(chunk.x, chunk.first_row)?;
+            }
             let prepared = prepare(chunk.x, chunk.first_row)?;
             let x = prepared.as_ref().map_or(chunk.x, |xb| xb.as_ref());
             match chunk.labels {
-                Some(labels) => st.add_labeled_chunk(x, labels),
+                Some(labels) => {
+                    st.add_labeled_chunk(x, labels, false);
+                }
                 None => st.add_chunk(x, chunk.resp),
             }
             Ok(st)
@@ -232,9 +299,13 @@ impl WeightedFit for Checked<BernoulliNbParams> {
     type Model = BernoulliNaiveBayes;
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<BernoulliNaiveBayes> {
         let (d, k) = check_sets(sets)?;
-        let st = CountStats::collect(sets, k, d, |x, r0| {
-            binarize_chunk(x, self.binarize, r0).map(Some)
-        })?;
+        let st = CountStats::collect(
+            sets,
+            k,
+            d,
+            |x, r0| binarize_chunk(x, self.binarize, r0).map(Some),
+            false,
+        )?;
         let a = self.alpha;
         let mut log_p = Vec::with_capacity(k * d);
         let mut log_1mp = Vec::with_capacity(k * d);
@@ -361,19 +432,26 @@ impl HyperParams for MultinomialNbParams {
     }
 }
 
+/// Negative, NaN or ±∞ (two comparisons, vectorisable).
+#[inline(always)]
+fn not_a_count(v: f64) -> bool {
+    !(0.0..f64::INFINITY).contains(&v)
+}
+
+/// Errors on the first value (row-major) that is non-finite or negative, in one scan.
 fn check_non_negative(x: MatRef<'_, f64>, first_row: usize) -> Result<()> {
-    crate::parallel::check_finite_rows(x, first_row)?;
-    crate::parallel::check_rows(
-        x,
-        first_row,
-        |v| v < 0.0,
-        |row, col, value| GenerativeError::InvalidInput {
-            row,
-            col,
-            value,
-            rule: "counts must be >= 0",
-        },
-    )
+    crate::parallel::check_rows(x, first_row, not_a_count, |row, col, value| {
+        if value.is_finite() {
+            GenerativeError::InvalidInput {
+                row,
+                col,
+                value,
+                rule: "counts must be >= 0",
+            }
+        } else {
+            GenerativeError::NonFiniteInput { row, col, value }
+        }
+    })
 }
 
 /// Fitted multinomial naive Bayes.
@@ -393,7 +471,7 @@ impl WeightedFit for Checked<MultinomialNbParams> {
     type Model = MultinomialNaiveBayes;
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<MultinomialNaiveBayes> {
         let (d, k) = check_sets(sets)?;
-        let st = CountStats::collect(sets, k, d, |x, r0| check_non_negative(x, r0).map(|_| None))?;
+        let st = CountStats::collect(sets, k, d, |_, _| Ok(None), true)?;
         let a = self.alpha;
         let mut log_theta = Vec::with_capacity(k * d);
         for c in 0..k {

@@ -578,7 +578,44 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
         a.log_joint(counts.as_ref()).unwrap(),
         b.log_joint(counts.as_ref()).unwrap(),
     );
+    // With many columns the labeled counts take another path (rows grouped by class, values
+    // summed through the row indices); it must agree too, and its fused check of the counts
+    // must name the first bad value of the whole input.
+    let (x_wide, _) = gaussian_data(10_000, 12, 3, 22);
+    let wide = Mat::from_fn(10_000, 12, |i, j| x_wide[(i, j)].abs().round());
+    let a = mnb.fit(wide.as_ref(), &y, 3).unwrap();
+    let b = mnb.fit_weighted(wide.as_ref(), r.as_ref()).unwrap();
+    close(
+        a.log_joint(wide.as_ref()).unwrap(),
+        b.log_joint(wide.as_ref()).unwrap(),
+    );
+    let mut bad_counts = wide.clone();
+    bad_counts[(9_000, 3)] = f64::NAN;
+    bad_counts[(5_000, 10)] = -2.0;
+    assert!(matches!(
+        mnb.fit(bad_counts.as_ref(), &y, 3),
+        Err(GenerativeError::InvalidInput {
+            row: 5_000,
+            col: 10,
+            ..
+        })
+    ));
+    bad_counts[(5_000, 10)] = 2.0;
+    assert!(matches!(
+        mnb.fit(bad_counts.as_ref(), &y, 3),
+        Err(GenerativeError::NonFiniteInput {
+            row: 9_000,
+            col: 3,
+            ..
+        })
+    ));
     let bnb = BernoulliNbParams::default().check().unwrap();
+    let a = bnb.fit(x_wide.as_ref(), &y, 3).unwrap();
+    let b = bnb.fit_weighted(x_wide.as_ref(), r.as_ref()).unwrap();
+    close(
+        a.log_joint(x_wide.as_ref()).unwrap(),
+        b.log_joint(x_wide.as_ref()).unwrap(),
+    );
     let a = bnb.fit(x.as_ref(), &y, 3).unwrap();
     let b = bnb.fit_weighted(x.as_ref(), r.as_ref()).unwrap();
     close(
