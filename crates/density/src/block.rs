@@ -39,17 +39,18 @@ pub fn gather_rows<'a>(
     MatRef::from_column_major_slice(&out[..], m, d)
 }
 
-/// `out[j·stride + t] = x[t, j] − shift_j` for the rows of `x` (no shift: a plain copy), and 0
-/// for `t` from `x.nrows()` to `stride` (padding rows). Reads contiguous columns or rows where
-/// the layout has them.
+/// `out[j·stride + t] = x[r_t, j] − shift_j` for the selected rows `r_t` of `x` (`rows`, or
+/// every row when `None`; no shift: a plain copy), and 0 for `t` from the number of selected
+/// rows to `stride` (padding rows). Reads contiguous columns or rows where the layout has them.
 #[inline(always)]
 pub(crate) fn gather_columns(
     x: MatRef<'_, f64>,
+    rows: Option<&[usize]>,
     shift: Option<&[f64]>,
     stride: usize,
     out: &mut [f64],
 ) {
-    let (n, d) = (x.nrows(), x.ncols());
+    let (n, d) = (rows.map_or(x.nrows(), <[usize]>::len), x.ncols());
     let m = |j: usize| shift.map_or(0.0, |s| s[j]);
     for col in out.chunks_exact_mut(stride).take(d) {
         col[n..].fill(0.0);
@@ -57,15 +58,25 @@ pub(crate) fn gather_columns(
     if x.row_stride() == 1 {
         for (j, col) in out.chunks_exact_mut(stride).take(d).enumerate() {
             if let Some(src) = x.col(j).try_as_col_major() {
-                let mj = m(j);
-                for (o, v) in col.iter_mut().zip(src.as_slice()) {
-                    *o = v - mj;
+                let (src, mj) = (src.as_slice(), m(j));
+                match rows {
+                    None => {
+                        for (o, v) in col.iter_mut().zip(src) {
+                            *o = v - mj;
+                        }
+                    }
+                    Some(rows) => {
+                        for (o, &r) in col.iter_mut().zip(rows) {
+                            *o = src[r] - mj;
+                        }
+                    }
                 }
             }
         }
     } else if x.col_stride() == 1 {
         for t in 0..n {
-            if let Some(row) = x.row(t).try_as_row_major() {
+            let r = rows.map_or(t, |rows| rows[t]);
+            if let Some(row) = x.row(r).try_as_row_major() {
                 for (j, (col, v)) in out.chunks_exact_mut(stride).zip(row.as_slice()).enumerate() {
                     col[t] = v - m(j);
                 }
@@ -74,7 +85,8 @@ pub(crate) fn gather_columns(
     } else {
         for (j, col) in out.chunks_exact_mut(stride).take(d).enumerate() {
             for t in 0..n {
-                col[t] = x[(t, j)] - m(j);
+                let r = rows.map_or(t, |rows| rows[t]);
+                col[t] = x[(r, j)] - m(j);
             }
         }
     }

@@ -84,7 +84,7 @@ impl Kernel<'_> {
         let mut done = Vec::with_capacity(V * self.mean.len());
         for (block, out_block) in self.out.chunks_mut(rows).enumerate() {
             let x = self.x.subrows(block * rows, out_block.len());
-            crate::block::gather_columns(x, Some(self.mean), rows, &mut z);
+            crate::block::gather_columns(x, None, Some(self.mean), rows, &mut z);
             substitute::<S, V>(
                 simd,
                 &z,

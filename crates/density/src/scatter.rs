@@ -27,10 +27,39 @@ pub fn weighted_mean_and_scatter(
     scratch: &mut Vec<f64>,
 ) {
     debug_assert_eq!(weights.len(), x.nrows());
-    debug_assert_eq!(mean.len(), x.ncols());
-    debug_assert_eq!(scatter.len(), x.ncols() * x.ncols());
+    mean_and_scatter(x, None, Some(weights), total, mean, scatter, scratch);
+}
+
+/// As [`weighted_mean_and_scatter`] for the rows `rows` of `x` only, read in place (no copy of
+/// the subset first), with `weights` for those rows (`weights[t]` for `rows[t]`) or, when `None`,
+/// weight one each (then `total` is `rows.len()`, and the products skip the weighting).
+pub fn mean_and_scatter_of_rows(
+    x: MatRef<'_, f64>,
+    rows: &[usize],
+    weights: Option<&[f64]>,
+    total: f64,
+    mean: &mut [f64],
+    scatter: &mut [f64],
+    scratch: &mut Vec<f64>,
+) {
+    debug_assert!(weights.is_none_or(|w| w.len() == rows.len()));
+    mean_and_scatter(x, Some(rows), weights, total, mean, scatter, scratch);
+}
+
+/// The selected rows of `x` (all when `rows` is `None`) with `weights` for them (one each when
+/// `None`): the one kernel behind both entry points.
+pub(crate) fn mean_and_scatter(
+    x: MatRef<'_, f64>,
+    rows: Option<&[usize]>,
+    weights: Option<&[f64]>,
+    total: f64,
+    mean: &mut [f64],
+    scatter: &mut [f64],
+    scratch: &mut Vec<f64>,
+) {
     pulp::Arch::new().dispatch(Kernel {
         x,
+        rows,
         weights,
         total,
         mean,
@@ -44,7 +73,10 @@ const TILE_J: usize = 4;
 
 struct Kernel<'a> {
     x: MatRef<'a, f64>,
-    weights: &'a [f64],
+    /// Selected rows (all when `None`).
+    rows: Option<&'a [usize]>,
+    /// Weights of the selected rows (one each when `None`).
+    weights: Option<&'a [f64]>,
     total: f64,
     mean: &'a mut [f64],
     scatter: &'a mut [f64],
@@ -58,22 +90,33 @@ impl pulp::WithSimd for Kernel<'_> {
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         let Kernel {
             x,
+            rows: selected,
             weights,
             total,
             mean,
             scatter,
             scratch,
         } = self;
-        let (n, d) = (x.nrows(), x.ncols());
+        let (n, d) = (selected.map_or(x.nrows(), <[usize]>::len), x.ncols());
+        debug_assert_eq!(mean.len(), d);
+        debug_assert_eq!(scatter.len(), d * d);
         // Rows padded to whole vectors, columns to whole tiles; padding rows have weight 0 and
-        // padding columns are 0, so neither adds anything.
+        // padding columns are 0, so neither adds anything. Every element of the block is written
+        // below, so the buffer is only zeroed when it grows.
         let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
         let cols = d.div_ceil(TILE_J) * TILE_J;
-        scratch.clear();
-        scratch.resize((cols + 1) * rows, 0.0);
-        let (y, w) = scratch.split_at_mut(cols * rows);
-        w[..n].copy_from_slice(weights);
-        crate::block::gather_columns(x, None, rows, y);
+        let need = (cols + 1) * rows;
+        if scratch.len() < need {
+            scratch.resize(need, 0.0);
+        }
+        let (y, w) = scratch[..need].split_at_mut(cols * rows);
+        match weights {
+            Some(weights) => w[..n].copy_from_slice(weights),
+            None => w[..n].fill(1.0),
+        }
+        w[n..].fill(0.0);
+        y[d * rows..].fill(0.0);
+        crate::block::gather_columns(x, selected, None, rows, y);
         let (wv, _) = S::as_simd_f64s(w);
         for (j, m) in mean.iter_mut().enumerate() {
             let col = &mut y[j * rows..(j + 1) * rows];
@@ -82,10 +125,11 @@ impl pulp::WithSimd for Kernel<'_> {
             let c = *m;
             col[..n].iter_mut().for_each(|v| *v -= c);
         }
-        if S::REGISTER_COUNT >= 32 {
-            tiles::<S, 4>(simd, y, wv, rows, d, cols, scatter);
-        } else {
-            tiles::<S, 2>(simd, y, wv, rows, d, cols, scatter);
+        match (S::REGISTER_COUNT >= 32, weights.is_none()) {
+            (true, false) => tiles::<S, 4, false>(simd, y, wv, rows, d, cols, scatter),
+            (true, true) => tiles::<S, 4, true>(simd, y, wv, rows, d, cols, scatter),
+            (false, false) => tiles::<S, 2, false>(simd, y, wv, rows, d, cols, scatter),
+            (false, true) => tiles::<S, 2, true>(simd, y, wv, rows, d, cols, scatter),
         }
     }
 }
@@ -116,8 +160,9 @@ fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
 const PASS_ROWS: usize = 128;
 
 /// The lower triangle of Σ_t w_t y_t y_tᵀ in TILE_J × TK register tiles, mirrored into `out`.
+/// `UNIT`: every weight is one (or zero on padding rows, where y is zero), so w is not read.
 #[inline(always)]
-fn tiles<S: pulp::Simd, const TK: usize>(
+fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     simd: S,
     y: &[f64],
     w: &[S::f64s],
@@ -142,7 +187,13 @@ fn tiles<S: pulp::Simd, const TK: usize>(
             let yk: [&[S::f64s]; TK] = std::array::from_fn(|i| &column(k0 + i)[v0..v1]);
             let mut a_acc = *acc;
             for (v, &wt) in w[v0..v1].iter().enumerate() {
-                let a: [S::f64s; TILE_J] = std::array::from_fn(|i| simd.mul_f64s(wt, yj[i][v]));
+                let a: [S::f64s; TILE_J] = std::array::from_fn(|i| {
+                    if UNIT {
+                        yj[i][v]
+                    } else {
+                        simd.mul_f64s(wt, yj[i][v])
+                    }
+                });
                 for kk in 0..TK {
                     let b = yk[kk][v];
                     for i in 0..TILE_J {
@@ -252,11 +303,38 @@ mod tests {
         let mut mean = vec![0.0; d];
         let mut s = vec![0.0; d * d];
         let total = keep.len() as f64;
+        let check = |mean: &[f64], s: &[f64], what: &str| {
+            for j in 0..d {
+                assert!((mean[j] - want_mean[j]).abs() < 1e-13, "{what} mean {j}");
+                for k in 0..d {
+                    assert!(
+                        (s[k * d + j] - want[k * d + j]).abs() < 1e-11,
+                        "{what} ({j},{k})"
+                    );
+                }
+            }
+        };
         weighted_mean_and_scatter(x.as_ref(), &w, total, &mut mean, &mut s, &mut Vec::new());
-        for j in 0..d {
-            assert!((mean[j] - want_mean[j]).abs() < 1e-13);
-            for k in 0..d {
-                assert!((s[k * d + j] - want[k * d + j]).abs() < 1e-11);
+        check(&mean, &s, "zero weights");
+        // The kept rows read in place, with unit weights implied or given, in every layout;
+        // the scratch buffer is reused (already larger) between calls.
+        let ones = vec![1.0; keep.len()];
+        let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+        let mut scratch = vec![f64::NAN; 10_000];
+        for (which, view) in layouts.views(x.as_ref()).into_iter().enumerate() {
+            for weights in [None, Some(&ones[..])] {
+                mean.fill(f64::NAN);
+                s.fill(f64::NAN);
+                mean_and_scatter_of_rows(
+                    view,
+                    &keep,
+                    weights,
+                    total,
+                    &mut mean,
+                    &mut s,
+                    &mut scratch,
+                );
+                check(&mean, &s, &format!("rows, layout {which}, {weights:?}"));
             }
         }
     }

@@ -157,16 +157,49 @@ impl SufficientStats {
         pulp::Arch::new().dispatch(Accumulate {
             stats: self,
             x,
-            weights,
+            rows: None,
+            weights: Some(weights),
             buffer,
         });
     }
 
+    /// Replaces `self` by the statistics of the rows of `x`, each of weight one (a class's rows
+    /// in a supervised fit): the products skip the weighting.
+    pub fn accumulate_unweighted(&mut self, x: MatRef<'_, f64>, buffer: &mut Vec<f64>) {
+        pulp::Arch::new().dispatch(Accumulate {
+            stats: self,
+            x,
+            rows: None,
+            weights: None,
+            buffer,
+        });
+    }
+
+    /// Replaces `self` by the statistics of the rows `rows` of `x`, each of weight one, read in
+    /// place rather than copied out first.
+    pub fn accumulate_subset(&mut self, x: MatRef<'_, f64>, rows: &[usize], buffer: &mut Vec<f64>) {
+        pulp::Arch::new().dispatch(Accumulate {
+            stats: self,
+            x,
+            rows: Some(rows),
+            weights: None,
+            buffer,
+        });
+    }
+
+    /// The statistics of the selected rows of `x` (all when `rows` is `None`) with `weights`
+    /// for them (one each when `None`).
     #[inline(always)]
-    fn accumulate_rows_body(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Vec<f64>) {
-        let (n, d) = (x.nrows(), x.ncols());
-        debug_assert_eq!(weights.len(), n);
-        let total: f64 = crate::numerics::sum(weights);
+    fn accumulate_body(
+        &mut self,
+        x: MatRef<'_, f64>,
+        rows: Option<&[usize]>,
+        weights: Option<&[f64]>,
+        buffer: &mut Vec<f64>,
+    ) {
+        let (n, d) = (rows.map_or(x.nrows(), <[usize]>::len), x.ncols());
+        debug_assert!(weights.is_none_or(|w| w.len() == n));
+        let total: f64 = weights.map_or(n as f64, crate::numerics::sum);
         self.weight = total;
         self.mean.iter_mut().for_each(|m| *m = 0.0);
         self.scatter.iter_mut().for_each(|s| *s = 0.0);
@@ -174,20 +207,21 @@ impl SufficientStats {
             self.weight = 0.0;
             return;
         }
-        // Rows of weight zero add nothing; with one-hot responsibilities (a supervised fit, the
-        // labeled rows of EM, hard EM) most rows of each class's pass have weight zero, so the
-        // others are gathered first and the pass costs O(rows of the class), not O(n).
-        let nonzero = weights.iter().filter(|w| **w != 0.0).count();
-        if nonzero * 8 < n * 7 {
-            let rows: Vec<usize> = (0..n).filter(|&i| weights[i] != 0.0).collect();
-            let compact_w: Vec<f64> = rows.iter().map(|&i| weights[i]).collect();
-            let mut compact = Vec::new();
-            let compact = crate::block::gather_rows(x, &rows, &mut compact);
-            return self.accumulate_rows(compact, &compact_w, buffer);
+        // Rows of weight zero add nothing; with one-hot responsibilities (the labeled rows of
+        // EM, hard EM) most rows of each class's pass have weight zero, so only the others are
+        // read and the pass costs O(rows of the class), not O(n).
+        if let (None, Some(w)) = (rows, weights) {
+            let nonzero = w.iter().filter(|v| **v != 0.0).count();
+            if nonzero * 8 < n * 7 {
+                let kept: Vec<usize> = (0..n).filter(|&i| w[i] != 0.0).collect();
+                let kept_w: Vec<f64> = kept.iter().map(|&i| w[i]).collect();
+                return self.accumulate_body(x, Some(&kept), Some(&kept_w), buffer);
+            }
         }
         match self.kind {
-            ScatterKind::Full => crate::scatter::weighted_mean_and_scatter(
+            ScatterKind::Full => crate::scatter::mean_and_scatter(
                 x,
+                rows,
                 weights,
                 total,
                 &mut self.mean,
@@ -195,8 +229,21 @@ impl SufficientStats {
                 buffer,
             ),
             ScatterKind::Diagonal => {
-                // Columns as contiguous slices (copied once when x is row-major), so the loops
-                // vectorise.
+                // Columns as contiguous slices (copied once when x is row-major or a subset of
+                // rows), so the loops vectorise.
+                let mut subset = Vec::new();
+                let x = match rows {
+                    Some(rows) => crate::block::gather_rows(x, rows, &mut subset),
+                    None => x,
+                };
+                let ones;
+                let weights = match weights {
+                    Some(w) => w,
+                    None => {
+                        ones = vec![1.0; n];
+                        &ones
+                    }
+                };
                 let mut scratch = Vec::new();
                 for j in 0..d {
                     let col = crate::block::column(x, j, &mut scratch);
@@ -251,7 +298,8 @@ impl SufficientStats {
 struct Accumulate<'a> {
     stats: &'a mut SufficientStats,
     x: MatRef<'a, f64>,
-    weights: &'a [f64],
+    rows: Option<&'a [usize]>,
+    weights: Option<&'a [f64]>,
     buffer: &'a mut Vec<f64>,
 }
 
@@ -261,7 +309,7 @@ impl pulp::WithSimd for Accumulate<'_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, _simd: S) {
         self.stats
-            .accumulate_rows_body(self.x, self.weights, self.buffer);
+            .accumulate_body(self.x, self.rows, self.weights, self.buffer);
     }
 }
 

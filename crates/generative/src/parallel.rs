@@ -187,6 +187,17 @@ impl LabelGroups {
         &self.order[self.starts[c]..self.starts[c + 1]]
     }
 
+    /// Every row index, class by class (each class's rows ascending): `rows(c)` is the range
+    /// `range(c)` of it.
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// Where class `c`'s rows lie in `order()`: (start, length).
+    pub fn range(&self, c: usize) -> (usize, usize) {
+        (self.starts[c], self.starts[c + 1] - self.starts[c])
+    }
+
     /// Size of the largest class.
     pub fn largest(&self) -> usize {
         self.starts

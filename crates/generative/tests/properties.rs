@@ -570,6 +570,21 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
             b.log_joint(x.as_ref()).unwrap(),
         );
     }
+    // Two classes take the path that reads each class's rows in place (more classes copy the
+    // chunk in class order first).
+    let y2: Vec<usize> = y.iter().map(|&l| l.min(1)).collect();
+    let r2 = one_hot(&y2, 2).unwrap();
+    for s in structures() {
+        let spec = GaussianParams::with_structure(s).check().unwrap();
+        for xv in [x.as_ref(), x_rows.transpose()] {
+            let a = spec.fit(xv, &y2, 2).unwrap();
+            let b = spec.fit_weighted(x.as_ref(), r2.as_ref()).unwrap();
+            close(
+                a.log_joint(x.as_ref()).unwrap(),
+                b.log_joint(x.as_ref()).unwrap(),
+            );
+        }
+    }
     let counts = Mat::from_fn(10_000, 3, |i, j| x[(i, j)].abs().round());
     let mnb = MultinomialNbParams::default().check().unwrap();
     let a = mnb.fit(counts.as_ref(), &y, 3).unwrap();
