@@ -266,25 +266,18 @@ impl Layout<'_> {
     }
 }
 
-/// Reads until `block` holds `want` bytes or the input ends.
+/// Appends up to `want` bytes from `reader` to `block` (fewer only at the end of the input),
+/// without zeroing the buffer first.
 fn fill_block(reader: &mut impl Read, block: &mut Vec<u8>, want: usize) -> std::io::Result<()> {
-    let start = block.len();
-    block.resize(start + want, 0);
-    let mut filled = start;
-    while filled < block.len() {
-        match reader.read(&mut block[filled..]) {
-            Ok(0) => break,
-            Ok(k) => filled += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    block.truncate(filled);
+    block.reserve(want);
+    reader.take(want as u64).read_to_end(block)?;
     Ok(())
 }
 
-/// Parses the records after the header. A reader thread fills fixed blocks while this thread
-/// parses the previous ones (in parallel pieces). Blocks without quote characters take the fast
+/// Parses the records after the header. A reader thread fills blocks of whole lines (the
+/// partial last line of each read is carried to the start of the next block) while this thread
+/// parses the previous ones in parallel pieces; parsed blocks go back to the reader to be
+/// refilled, so their memory is touched once. Blocks without quote characters take the fast
 /// path (split at newlines and commas); from the first quote on, the `csv` crate parses the rest
 /// sequentially, so quoted fields are always read correctly.
 fn read_body(
@@ -298,52 +291,58 @@ fn read_body(
 ) -> Result<()> {
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
+        let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let mut carry = first[start..].to_vec();
+        drop(first);
         scope.spawn(move || {
             loop {
-                let mut block = Vec::with_capacity(BLOCK_BYTES);
-                let sent = match fill_block(reader, &mut block, BLOCK_BYTES) {
-                    Ok(()) if block.is_empty() => break,
-                    Ok(()) => tx.send(Ok(block)),
-                    Err(e) => tx.send(Err(e)),
-                };
-                if sent.is_err() {
+                let mut block = recycle_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(BLOCK_BYTES + carry.len()));
+                block.clear();
+                block.extend_from_slice(&carry);
+                carry.clear();
+                let before = block.len();
+                if let Err(e) = fill_block(reader, &mut block, BLOCK_BYTES) {
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+                let eof = block.len() == before;
+                if !eof {
+                    // Whole lines only; the rest starts the next block.
+                    let end =
+                        memchr::memrchr(b'\n', &block[before..]).map_or(0, |p| before + p + 1);
+                    carry.extend_from_slice(&block[end..]);
+                    block.truncate(end);
+                }
+                if !block.is_empty() && tx.send(Ok(block)).is_err() {
+                    break;
+                }
+                if eof {
                     break;
                 }
             }
         });
-        let mut carry = first[start..].to_vec();
-        drop(first);
-        let mut line = header_lines + 1; // line number of carry[0]
+        let mut line = header_lines + 1; // line number of the next block's first byte
         let mut reserved = false;
-        loop {
-            let next = rx.recv().ok();
-            let eof = next.is_none();
-            if let Some(block) = next {
-                carry.extend_from_slice(&block.map_err(|e| CliError::io(layout.source, e))?);
-            }
-            if memchr::memchr(b'"', &carry).is_some() {
-                let rest = std::io::Cursor::new(std::mem::take(&mut carry)).chain(ChannelReader {
+        while let Ok(block) = rx.recv() {
+            let block = block.map_err(|e| CliError::io(layout.source, e))?;
+            if memchr::memchr(b'"', &block).is_some() {
+                let rest = std::io::Cursor::new(block).chain(ChannelReader {
                     rx,
                     block: Vec::new(),
                     pos: 0,
                 });
                 return read_body_slow(rest, line, layout, labeled, unlabeled);
             }
-            let end = if eof {
-                carry.len()
-            } else {
-                memchr::memrchr(b'\n', &carry).map_or(0, |p| p + 1)
-            };
-            line = parse_parallel(&carry[..end], line, layout, labeled, unlabeled)?;
-            if !reserved && end > 0 {
+            line = parse_parallel(&block, line, layout, labeled, unlabeled)?;
+            if !reserved {
                 reserved = true;
-                reserve_for_input(layout, end, labeled, unlabeled);
+                reserve_for_input(layout, block.len(), labeled, unlabeled);
             }
-            carry.drain(..end);
-            if eof {
-                return Ok(());
-            }
+            let _ = recycle_tx.send(block);
         }
+        Ok(())
     })
 }
 
@@ -446,15 +445,18 @@ fn parse_parallel(
     let d = layout.feature_idx.len();
     let parts: Vec<Result<(Rows, Rows)>> = pieces
         .par_iter()
-        .map(|&(piece, mut line)| {
-            let mut l = Rows {
+        .zip(&counts)
+        .map(|(&(piece, mut line), &count)| {
+            // Room for every line of the piece on both sides: capacity that is never written
+            // costs address space, not memory, and no buffer grows by copying.
+            let rows = count as usize + 1;
+            let with_room = || Rows {
                 n_features: d,
+                values: Vec::with_capacity(rows * d),
+                lines: Vec::with_capacity(rows),
                 ..Default::default()
             };
-            let mut u = Rows {
-                n_features: d,
-                ..Default::default()
-            };
+            let (mut l, mut u) = (with_room(), with_room());
             let mut cells: Vec<&[u8]> = Vec::with_capacity(layout.names.len());
             // One SIMD scan finds every comma and newline of the piece.
             let mut start = 0;
