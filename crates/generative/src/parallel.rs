@@ -184,7 +184,8 @@ impl LabelGroups {
 
     /// Row indices (within the chunk) of class `c`, ascending.
     pub fn rows(&self, c: usize) -> &[usize] {
-        &self.order[self.starts[c]..self.starts[c + 1]]
+        let (start, len) = self.range(c);
+        &self.order[start..start + len]
     }
 
     /// Every row index, class by class (each class's rows ascending): `rows(c)` is the range
