@@ -12,6 +12,10 @@ mod reproduce;
 
 use std::process::ExitCode;
 
+/// The same allocator as `ssl-cli`, so that benchmarks time what the command line does.
+#[global_allocator]
+static ALLOC: ssl_cli::alloc::HugePageAlloc = ssl_cli::alloc::HugePageAlloc;
+
 fn usage() -> ExitCode {
     eprintln!(
         "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)\n  profile <model>-<fit|predict> [D] [K]  10 fits or predictions at n = 1e6 (lda, qda, gnb, bnb, mnb)",

@@ -2,6 +2,7 @@
 //! crate of the workspace that touches files, CSV, JSON model files and the terminal; the
 //! statistics live in `density`, `generative` and `ssl-em`.
 
+pub mod alloc;
 mod apply;
 pub mod cli;
 pub mod data;
