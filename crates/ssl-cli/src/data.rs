@@ -3,8 +3,10 @@
 //! Rows are parsed in one streaming pass straight into row-major buffers (one for labeled rows,
 //! one for unlabeled), which faer views without copying (`MatRef::from_row_major_slice`). The
 //! input is read in fixed blocks that are split at newlines and parsed in parallel, the pieces
-//! appended in file order; quoted input falls back to the `csv` crate. Every error names the
-//! file, the line and the column.
+//! appended in file order (while the next block is parsed). A row is read in one pass when it
+//! has the plain shape (a number right at each feature cell's start, the separator right after
+//! it) and split at commas otherwise; quoted input falls back to the `csv` crate, with line
+//! numbers counted by us. Every error names the file, the line and the column.
 
 use std::io::Read;
 
@@ -117,7 +119,7 @@ pub fn read_csv_from(
         .from_reader(block.as_slice());
     let header = rdr
         .byte_headers()
-        .map_err(|e| csv_error(source, e))?
+        .map_err(|e| csv_error(source, e, None))?
         .clone();
     let header_end = rdr.position().byte() as usize;
     let header_lines = rdr.position().line().saturating_sub(1);
@@ -198,6 +200,13 @@ pub fn read_csv_from(
         label_idx,
         feature_idx: &feature_idx,
         marker: options.unlabeled_marker,
+        columns: (0..names.len())
+            .map(|i| match feature_idx.iter().position(|&f| f == i) {
+                Some(j) => Column::Feature(j),
+                None if Some(i) == label_idx => Column::Label,
+                None => Column::Skipped,
+            })
+            .collect(),
     };
     read_body(
         &mut reader,
@@ -227,6 +236,8 @@ struct Layout<'a> {
     label_idx: Option<usize>,
     feature_idx: &'a [usize],
     marker: &'a str,
+    /// Every column of the file, in file order.
+    columns: Vec<Column>,
 }
 
 impl Layout<'_> {
@@ -324,24 +335,41 @@ fn read_body(
             }
         });
         let mut line = header_lines + 1; // line number of the next block's first byte
+        // Two sets of piece buffers: while one block is parsed into one, the rows of the block
+        // before are appended from the other (a serial copy that would otherwise leave a core
+        // idle).
+        let (mut parsing, mut parsed) = (Vec::new(), Vec::new());
+        let mut pending: Option<(Vec<u64>, usize)> = None; // piece first lines, block bytes
         let mut reserved = false;
+        let mut append = |pieces: &mut Vec<(Rows, Rows)>, pending: Option<(Vec<u64>, usize)>| {
+            if let Some((starts, bytes)) = pending {
+                append_pieces(pieces, &starts, labeled, unlabeled);
+                if !reserved {
+                    reserved = true;
+                    reserve_for_input(layout, bytes, labeled, unlabeled);
+                }
+            }
+        };
         while let Ok(block) = rx.recv() {
             let block = block.map_err(|e| CliError::io(layout.source, e))?;
-            if memchr::memchr(b'"', &block).is_some() {
+            let (result, ()) = rayon::join(
+                || parse_block(&block, line, layout, &mut parsing),
+                || append(&mut parsed, pending.take()),
+            );
+            let Some((starts, next)) = result? else {
                 let rest = std::io::Cursor::new(block).chain(ChannelReader {
                     rx,
                     block: Vec::new(),
                     pos: 0,
                 });
                 return read_body_slow(rest, line, layout, labeled, unlabeled);
-            }
-            line = parse_parallel(&block, line, layout, labeled, unlabeled)?;
-            if !reserved {
-                reserved = true;
-                reserve_for_input(layout, block.len(), labeled, unlabeled);
-            }
+            };
+            line = next;
+            pending = Some((starts, block.len()));
+            std::mem::swap(&mut parsing, &mut parsed);
             let _ = recycle_tx.send(block);
         }
+        append(&mut parsed, pending.take());
         Ok(())
     })
 }
@@ -404,22 +432,41 @@ fn input_len_hint(source: &str) -> Option<u64> {
         .flatten()
 }
 
-/// Parses complete lines (no quotes) in parallel; returns the line number after them.
-fn parse_parallel(
+/// What a column of the file is to the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    /// A feature, stored at this position of the row.
+    Feature(usize),
+    /// The label column.
+    Label,
+    /// Neither: read past.
+    Skipped,
+}
+
+/// Outcome of parsing one piece of whole lines.
+enum Piece {
+    /// Its rows were stored; it held this many lines.
+    Parsed(u64),
+    /// It contains a quote character: the whole block must go to the `csv` crate.
+    Quoted,
+}
+
+/// Parses a block of complete lines in parallel pieces, into `scratch`: one (labeled,
+/// unlabeled) pair of buffers per piece, kept from block to block so that their memory is
+/// faulted in once per file rather than once per block. Returns the first line of each piece
+/// and the line after the block, or `None` when the block contains a quote character and
+/// needs the `csv` crate.
+fn parse_block(
     data: &[u8],
     first_line: u64,
     layout: &Layout<'_>,
-    labeled: &mut Rows,
-    unlabeled: &mut Rows,
-) -> Result<u64> {
+    scratch: &mut Vec<(Rows, Rows)>,
+) -> Result<Option<(Vec<u64>, u64)>> {
     use rayon::prelude::*;
-    if data.is_empty() {
-        return Ok(first_line);
-    }
-    // Split into pieces at newlines; each piece knows its first line number.
+    // Split into pieces at newlines.
     let pieces_wanted = rayon::current_num_threads() * 4;
     let target = data.len().div_ceil(pieces_wanted).max(1 << 16);
-    let mut cuts: Vec<&[u8]> = Vec::new();
+    let mut pieces: Vec<&[u8]> = Vec::new();
     let mut rest = data;
     while !rest.is_empty() {
         let cut = if rest.len() <= target {
@@ -428,73 +475,194 @@ fn parse_parallel(
             memchr::memchr(b'\n', &rest[target..]).map_or(rest.len(), |p| target + p + 1)
         };
         let (piece, after) = rest.split_at(cut);
-        cuts.push(piece);
+        pieces.push(piece);
         rest = after;
     }
-    // Line numbers of the pieces: newline counts in parallel, then a prefix sum.
-    let counts: Vec<u64> = cuts
+    // Each piece counts its own lines from 0 (a piece does not know how many lines come before
+    // it); the line numbers are shifted when the pieces are appended in order.
+    let d = layout.feature_idx.len();
+    scratch.truncate(pieces.len());
+    if scratch.len() < pieces.len() {
+        let empty = Rows {
+            n_features: d,
+            ..Default::default()
+        };
+        scratch.resize(pieces.len(), (empty.clone(), empty));
+    }
+    let parts: Vec<Result<Piece>> = pieces
         .par_iter()
-        .map(|p| memchr::memchr_iter(b'\n', p).count() as u64)
+        .zip(scratch.par_iter_mut())
+        .map(|(piece, (l, u))| parse_piece(piece, 0, layout, l, u))
         .collect();
     let mut line = first_line;
-    let mut pieces: Vec<(&[u8], u64)> = Vec::with_capacity(cuts.len());
-    for (piece, count) in cuts.iter().zip(&counts) {
-        pieces.push((piece, line));
-        line += count;
+    let mut starts = Vec::with_capacity(parts.len());
+    for (i, part) in parts.into_iter().enumerate() {
+        match part {
+            Ok(Piece::Parsed(lines)) => {
+                starts.push(line);
+                line += lines;
+            }
+            Ok(Piece::Quoted) => return Ok(None),
+            // The first piece in error: parse it again knowing its first line, so that the
+            // message names the line in the whole file.
+            Err(_) => {
+                let (l, u) = &mut scratch[i];
+                return match parse_piece(pieces[i], line, layout, l, u)? {
+                    Piece::Quoted => Ok(None),
+                    Piece::Parsed(..) => Err(CliError::Data(format!(
+                        "{}: internal error: a block parsed differently twice",
+                        layout.source
+                    ))),
+                };
+            }
+        }
     }
+    Ok(Some((starts, line)))
+}
+
+/// Appends the rows of the pieces in order, numbering their lines from each piece's first line.
+fn append_pieces(
+    pieces: &mut [(Rows, Rows)],
+    starts: &[u64],
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+) {
+    for ((l, u), &start) in pieces.iter_mut().zip(starts) {
+        for (dst, src) in [(&mut *labeled, l), (&mut *unlabeled, u)] {
+            dst.values.extend_from_slice(&src.values);
+            dst.lines.extend(src.lines.iter().map(|r| r + start));
+            dst.labels.append(&mut src.labels);
+        }
+    }
+}
+
+/// Parses one piece of whole lines into `l` and `u` (emptied first), numbering them from
+/// `first_line`.
+///
+/// Each row is first read in one pass: a number is parsed where each feature cell starts, and
+/// the byte after it must be the separator. Any row that does not fit that shape (spaces around
+/// a number, an empty or non-numeric cell, a blank line, a wrong number of fields) is read again
+/// by splitting it at commas, which accepts what it can and names the line and column of what
+/// it cannot. Every byte is looked at by one of the two, so a quote anywhere is found on the way.
+fn parse_piece(
+    piece: &[u8],
+    first_line: u64,
+    layout: &Layout<'_>,
+    l: &mut Rows,
+    u: &mut Rows,
+) -> Result<Piece> {
     let d = layout.feature_idx.len();
-    let parts: Vec<Result<(Rows, Rows)>> = pieces
-        .par_iter()
-        .zip(&counts)
-        .map(|(&(piece, mut line), &count)| {
-            // Room for every line of the piece on both sides: capacity that is never written
-            // costs address space, not memory, and no buffer grows by copying.
-            let rows = count as usize + 1;
-            let with_room = || Rows {
-                n_features: d,
-                values: Vec::with_capacity(rows * d),
-                lines: Vec::with_capacity(rows),
-                ..Default::default()
-            };
-            let (mut l, mut u) = (with_room(), with_room());
-            let mut cells: Vec<&[u8]> = Vec::with_capacity(layout.names.len());
-            // One SIMD scan finds every comma and newline of the piece.
-            let mut start = 0;
-            let mut finish_row = |cells: &mut Vec<&[u8]>, line: u64| -> Result<()> {
+    // Room for the piece's lines on both sides, estimated from its first line (counting them
+    // would be one more pass): capacity never written costs address space, not memory.
+    let first = memchr::memchr(b'\n', piece).map_or(piece.len(), |p| p + 1);
+    let rows = piece.len() / first.max(1) * 9 / 8 + 16;
+    for side in [&mut *l, &mut *u] {
+        side.values.clear();
+        side.lines.clear();
+        side.labels.clear();
+        side.values.reserve(rows * d);
+        side.lines.reserve(rows);
+    }
+    let mut row = vec![0.0; d];
+    let mut cells: Vec<&[u8]> = Vec::with_capacity(layout.columns.len());
+    let mut line = first_line;
+    let mut pos = 0;
+    while pos < piece.len() {
+        let start = pos;
+        match read_row(piece, &mut pos, layout, &mut row) {
+            Some(Ok(label)) => {
+                let is_unlabeled = label.is_some_and(|r| r == layout.marker.as_bytes());
+                let target = if is_unlabeled { &mut *u } else { &mut *l };
+                target.values.extend_from_slice(&row);
+                target.lines.push(line);
+                if let Some(r) = label.filter(|_| !is_unlabeled) {
+                    target.labels.push(String::from_utf8_lossy(r).into_owned());
+                }
+            }
+            Some(Err(())) => return Ok(Piece::Quoted),
+            None => {
+                let end = memchr::memchr(b'\n', &piece[start..]).map_or(piece.len(), |p| start + p);
+                let text = &piece[start..end];
+                if memchr::memchr(b'"', text).is_some() {
+                    return Ok(Piece::Quoted);
+                }
+                cells.clear();
+                cells.extend(text.split(|&b| b == b','));
                 if let Some(last) = cells.last_mut() {
                     *last = last.strip_suffix(b"\r").unwrap_or(last);
                 }
                 let blank = cells.len() == 1 && cells[0].is_empty();
                 if !blank {
-                    layout.take(cells, line, &mut l, &mut u)?;
+                    layout.take(&cells, line, l, u)?;
                 }
-                cells.clear();
-                Ok(())
-            };
-            for pos in memchr::memchr2_iter(b',', b'\n', piece) {
-                cells.push(&piece[start..pos]);
-                start = pos + 1;
-                if piece[pos] == b'\n' {
-                    finish_row(&mut cells, line)?;
-                    line += 1;
+                pos = end + 1;
+            }
+        }
+        line += 1;
+    }
+    Ok(Piece::Parsed(line - first_line))
+}
+
+/// Reads the row starting at `*pos` in one pass, if it has the plain shape (numbers right at the
+/// cell starts, separators right after them): the features go into `row`, `*pos` moves past the
+/// line's end, and the label cell (trimmed) is returned. `None`: read the row the general way
+/// (`*pos` is then meaningless). `Some(Err(()))`: a quote character was met.
+#[inline]
+fn read_row<'p>(
+    piece: &'p [u8],
+    pos: &mut usize,
+    layout: &Layout<'_>,
+    row: &mut [f64],
+) -> Option<std::result::Result<Option<&'p [u8]>, ()>> {
+    let mut p = *pos;
+    let mut label = None;
+    let last = layout.columns.len() - 1;
+    for (c, column) in layout.columns.iter().enumerate() {
+        match *column {
+            Column::Feature(j) => {
+                let (v, n) = fast_float2::parse_partial::<f64, _>(&piece[p..]).ok()?;
+                if !v.is_finite() {
+                    return None;
+                }
+                row[j] = v;
+                p += n;
+            }
+            Column::Label | Column::Skipped => {
+                let s = p;
+                while let Some(&b) = piece.get(p) {
+                    match b {
+                        b',' | b'\n' => break,
+                        b'"' => return Some(Err(())),
+                        _ => p += 1,
+                    }
+                }
+                if *column == Column::Label {
+                    let cell = &piece[s..p];
+                    let cell = if c == last {
+                        cell.strip_suffix(b"\r").unwrap_or(cell)
+                    } else {
+                        cell
+                    };
+                    label = Some(cell.trim_ascii());
                 }
             }
-            if start < piece.len() {
-                cells.push(&piece[start..]);
-                finish_row(&mut cells, line)?;
+        }
+        if c < last {
+            if piece.get(p) != Some(&b',') {
+                return None;
             }
-            Ok((l, u))
-        })
-        .collect();
-    for part in parts {
-        let (l, u) = part?;
-        for (dst, src) in [(&mut *labeled, l), (&mut *unlabeled, u)] {
-            dst.values.extend_from_slice(&src.values);
-            dst.lines.extend_from_slice(&src.lines);
-            dst.labels.extend(src.labels);
+            p += 1;
+        } else {
+            match piece.get(p) {
+                None => {}
+                Some(b'\n') => p += 1,
+                Some(b'\r') if piece.get(p + 1) == Some(&b'\n') => p += 2,
+                Some(_) => return None,
+            }
         }
     }
-    Ok(line)
+    *pos = p;
+    Some(Ok(label))
 }
 
 /// The `csv` crate's parser for input with quotes, starting at `first_line`.
@@ -508,22 +676,79 @@ fn read_body_slow(
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(false)
         .flexible(true)
-        .from_reader(input);
+        .from_reader(LineTracker::new(input, first_line));
     let mut record = csv::ByteRecord::new();
     loop {
         match rdr.read_byte_record(&mut record) {
             Ok(false) => return Ok(()),
             Ok(true) => {}
-            Err(e) => return Err(csv_error(layout.source, e)),
+            Err(e) => {
+                let line = e.position().map(|p| rdr.get_mut().line_at(p.byte()));
+                return Err(csv_error(layout.source, e, line));
+            }
         }
-        let line = first_line + record.position().map_or(1, |p| p.line()) - 1;
+        let start = record.position().map_or(0, |p| p.byte());
+        let line = rdr.get_mut().line_at(start);
         let cells: Vec<&[u8]> = record.iter().collect();
         layout.take(&cells, line, labeled, unlabeled)?;
     }
 }
 
-fn csv_error(source: &str, e: csv::Error) -> CliError {
-    let line = e.position().map(|p| p.line());
+/// Counts lines under the `csv` crate, whose own record positions point at the line ending
+/// or blank lines before a record rather than at the record: after `"1,2\r\n3,4"` it places
+/// `3,4` on line 1, and after a blank line it is one line short.
+#[derive(Debug)]
+struct LineTracker<R> {
+    inner: R,
+    /// Bytes read so far.
+    offset: u64,
+    /// Offsets and bytes of the `\r` and `\n` read but not yet passed.
+    endings: std::collections::VecDeque<(u64, u8)>,
+    /// Line of the first byte not yet passed.
+    line: u64,
+}
+
+impl<R: Read> LineTracker<R> {
+    fn new(inner: R, first_line: u64) -> Self {
+        Self {
+            inner,
+            offset: 0,
+            endings: Default::default(),
+            line: first_line,
+        }
+    }
+
+    /// The line of the record that the `csv` crate places at byte `at` (offsets only grow):
+    /// line endings before `at`, and those right at `at` (skipped before the record), are
+    /// counted.
+    fn line_at(&mut self, mut at: u64) -> u64 {
+        while let Some(&(offset, byte)) = self.endings.front() {
+            if offset > at {
+                break;
+            }
+            if offset == at {
+                at += 1;
+            }
+            self.line += u64::from(byte == b'\n');
+            self.endings.pop_front();
+        }
+        self.line
+    }
+}
+
+impl<R: Read> Read for LineTracker<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for i in memchr::memchr2_iter(b'\r', b'\n', &buf[..n]) {
+            self.endings.push_back((self.offset + i as u64, buf[i]));
+        }
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
+fn csv_error(source: &str, e: csv::Error, line: Option<u64>) -> CliError {
+    let line = line.or_else(|| e.position().map(|p| p.line()));
     match e.kind() {
         csv::ErrorKind::UnequalLengths {
             expected_len, len, ..
@@ -653,6 +878,137 @@ mod tests {
         assert_eq!((l[(n - 2, 0)], l[(n - 2, 1)]), (7.0, 8.25));
         assert_eq!(d.labeled.labels[n - 2], "a, quoted label");
         assert_eq!(d.labeled.lines[n - 1], 600_003);
+    }
+
+    /// Rows of many shapes: plain, spaces around numbers, signs, exponents, CRLF, blank lines,
+    /// unlabeled rows, a padded label; the label is not the last column and one column is read
+    /// past. `quote_first` quotes the first cell, which sends the whole file to the `csv` crate.
+    fn mixed(n: usize, quote_first: bool) -> String {
+        let mut t = String::from("a,y,b,skip,c\n");
+        for i in 0..n {
+            let row = match i % 8 {
+                0 => format!("{i},k{},{}.25,x,-{i}e-3\n", i % 3, i / 2),
+                1 => format!(" {i} ,k1, {}.5,x,+{i}\r\n", i / 3),
+                2 => "\n".to_string(),
+                3 => format!("{i},,1,x,2\n"),
+                4 => format!("{i}, k2 ,1,,2.5E1\n"),
+                5 => format!("{i}.,k0,.5,x,1e2\r\n"),
+                6 => format!("-0.{i},k1,1,x x,0.1\n"),
+                _ => format!("{i},,{}.75 ,x,3\n", i % 5),
+            };
+            if i == 0 && quote_first {
+                t.push_str(&format!("\"{}", &row[..1]));
+                t.push('"');
+                t.push_str(&row[1..]);
+            } else {
+                t.push_str(&row);
+            }
+        }
+        t
+    }
+
+    fn read_features(text: &str, features: &[String]) -> Result<Dataset> {
+        read_csv_from(
+            text.as_bytes(),
+            "t.csv",
+            &ReadOptions {
+                label: Some("y"),
+                features: Some(features),
+                unlabeled_marker: "",
+                require_label: true,
+            },
+        )
+    }
+
+    #[test]
+    fn rows_of_every_shape_read_as_the_csv_crate_reads_them() {
+        // About 250 kB: several parallel pieces, each mixing one-pass and general rows.
+        let n = 12_000;
+        let features = ["c".to_string(), "a".to_string(), "b".to_string()];
+        let fast = read_features(&mixed(n, false), &features).unwrap();
+        let reference = read_features(&mixed(n, true), &features).unwrap();
+        assert_eq!(fast.features, vec!["c", "a", "b"]);
+        for (f, r) in [
+            (&fast.labeled, &reference.labeled),
+            (&fast.unlabeled, &reference.unlabeled),
+        ] {
+            assert_eq!(f.values, r.values);
+            assert_eq!(f.lines, r.lines);
+            assert_eq!(f.labels, r.labels);
+        }
+        // Blank lines are skipped, the rest split by their label cell.
+        assert_eq!(fast.labeled.len() + fast.unlabeled.len(), n - n / 8);
+        assert_eq!(fast.unlabeled.len(), 2 * n / 8);
+        // Spot checks against the text: row 9 (line 11) is " 9 ,k1, 3.5,x,+9".
+        let at = fast.labeled.lines.iter().position(|&l| l == 11).unwrap();
+        assert_eq!(&fast.labeled.values[3 * at..3 * at + 3], &[9.0, 9.0, 3.5]);
+        assert_eq!(fast.labeled.labels[at], "k1");
+        let at = fast.labeled.lines.iter().position(|&l| l == 14).unwrap();
+        assert_eq!(fast.labeled.labels[at], "k2");
+        assert_eq!(&fast.labeled.values[3 * at..3 * at + 3], &[25.0, 12.0, 1.0]);
+    }
+
+    #[test]
+    fn errors_and_quotes_in_a_later_piece_are_found() {
+        let features = ["c".to_string(), "a".to_string(), "b".to_string()];
+        let n = 12_000;
+        let mut text = mixed(n, false);
+        let cut = text.len() - 1000;
+        let cut = cut + text[cut..].find('\n').unwrap() + 1;
+        let line = text[..cut].matches('\n').count() + 1;
+        for (bad, message) in [
+            (
+                "1,k1,2,x,oops\n",
+                "column 'c' has the non-numeric value 'oops'",
+            ),
+            (
+                "1,k1,inf,x,2\n",
+                "column 'b' has the non-finite value 'inf'",
+            ),
+            (
+                "1,k1,2,x\n",
+                "expected 5 fields (as in the header), found 4",
+            ),
+            ("1,k1,,x,2\n", "column 'b' is empty"),
+        ] {
+            let mut t = text.clone();
+            t.insert_str(cut, bad);
+            let e = read_features(&t, &features).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("t.csv:{line}: {message}")), "{e}");
+        }
+        // A quoted label late in the block: the `csv` crate reads the whole block.
+        text.insert_str(cut, "1,\"k,1\",2,x,3\n");
+        let d = read_features(&text, &features).unwrap();
+        let at = d
+            .labeled
+            .lines
+            .iter()
+            .position(|&l| l == line as u64)
+            .unwrap();
+        assert_eq!(d.labeled.labels[at], "k,1");
+        assert_eq!(&d.labeled.values[3 * at..3 * at + 3], &[3.0, 1.0, 2.0]);
+    }
+
+    #[test]
+    fn quoted_input_names_the_lines_of_the_file() {
+        // CRLF endings, a blank line and a quoted cell over two lines: the `csv` crate's own
+        // positions would put `3,4` on line 2 and `7,8` on line 5.
+        let text = "a,b,y\n\"1\",2,x\r\n3,4,x\r\n\r\n5,6,\"two\nlines\"\n7,8,x\n";
+        let d = read(text, Some("y")).unwrap();
+        assert_eq!(d.labeled.lines, vec![2, 3, 5, 7]);
+        assert_eq!(d.labeled.labels[2], "two\nlines");
+        assert_eq!(
+            d.labeled.values,
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+        );
+        let e = read(&format!("{text}9,oops,x\n"), Some("y"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "t.csv:8: column 'b' has the non-numeric value 'oops'");
+        let e = read(&format!("{text}\r\n9\n"), Some("y"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "t.csv:9: expected 3 fields (as in the header), found 1");
     }
 
     #[test]
