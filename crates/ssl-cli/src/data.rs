@@ -241,11 +241,12 @@ struct Layout<'a> {
 }
 
 impl Layout<'_> {
-    /// Parses one record's cells into `labeled` or `unlabeled`.
+    /// Parses one record's cells into `row` (one value per feature, scratch), then stores it.
     fn take(
         &self,
         cells: &[&[u8]],
         line: u64,
+        row: &mut [f64],
         labeled: &mut Rows,
         unlabeled: &mut Rows,
     ) -> Result<()> {
@@ -257,23 +258,32 @@ impl Layout<'_> {
                 cells.len()
             )));
         }
-        // Compare the label with the marker before allocating: most rows may be unlabeled.
-        let raw = self.label_idx.map(|i| cells[i].trim_ascii());
-        let is_unlabeled = raw.is_some_and(|r| r == self.marker.as_bytes());
-        let label = raw
-            .filter(|_| !is_unlabeled)
-            .map(|r| String::from_utf8_lossy(r).into_owned());
-        let target = if is_unlabeled { unlabeled } else { labeled };
-        for &j in self.feature_idx {
-            target
-                .values
-                .push(parse_cell(cells[j], self.source, line, &self.names[j])?);
+        for (v, &j) in row.iter_mut().zip(self.feature_idx) {
+            *v = parse_cell(cells[j], self.source, line, &self.names[j])?;
         }
-        target.lines.push(line);
-        if let Some(l) = label {
-            target.labels.push(l);
-        }
+        let label = self.label_idx.map(|i| cells[i].trim_ascii());
+        self.store(label, row, line, labeled, unlabeled);
         Ok(())
+    }
+
+    /// Stores a parsed row: in `unlabeled` when its (trimmed) label cell is the marker, else in
+    /// `labeled` with its label text (none without a label column).
+    fn store(
+        &self,
+        label: Option<&[u8]>,
+        row: &[f64],
+        line: u64,
+        labeled: &mut Rows,
+        unlabeled: &mut Rows,
+    ) {
+        // Compare the label with the marker before allocating: most rows may be unlabeled.
+        let is_unlabeled = label.is_some_and(|r| r == self.marker.as_bytes());
+        let target = if is_unlabeled { unlabeled } else { labeled };
+        target.values.extend_from_slice(row);
+        target.lines.push(line);
+        if let Some(r) = label.filter(|_| !is_unlabeled) {
+            target.labels.push(String::from_utf8_lossy(r).into_owned());
+        }
     }
 }
 
@@ -566,15 +576,7 @@ fn parse_piece(
     while pos < piece.len() {
         let start = pos;
         match read_row(piece, &mut pos, layout, &mut row) {
-            Some(Ok(label)) => {
-                let is_unlabeled = label.is_some_and(|r| r == layout.marker.as_bytes());
-                let target = if is_unlabeled { &mut *u } else { &mut *l };
-                target.values.extend_from_slice(&row);
-                target.lines.push(line);
-                if let Some(r) = label.filter(|_| !is_unlabeled) {
-                    target.labels.push(String::from_utf8_lossy(r).into_owned());
-                }
-            }
+            Some(Ok(label)) => layout.store(label, &row, line, l, u),
             Some(Err(())) => return Ok(Piece::Quoted),
             None => {
                 let end = memchr::memchr(b'\n', &piece[start..]).map_or(piece.len(), |p| start + p);
@@ -589,7 +591,7 @@ fn parse_piece(
                 }
                 let blank = cells.len() == 1 && cells[0].is_empty();
                 if !blank {
-                    layout.take(&cells, line, l, u)?;
+                    layout.take(&cells, line, &mut row, l, u)?;
                 }
                 pos = end + 1;
             }
@@ -674,6 +676,7 @@ fn read_body_slow(
         .flexible(true)
         .from_reader(LineTracker::new(input, first_line));
     let mut record = csv::ByteRecord::new();
+    let mut row = vec![0.0; layout.feature_idx.len()];
     loop {
         match rdr.read_byte_record(&mut record) {
             Ok(false) => return Ok(()),
@@ -686,7 +689,7 @@ fn read_body_slow(
         let start = record.position().map_or(0, |p| p.byte());
         let line = rdr.get_mut().line_at(start);
         let cells: Vec<&[u8]> = record.iter().collect();
-        layout.take(&cells, line, labeled, unlabeled)?;
+        layout.take(&cells, line, &mut row, labeled, unlabeled)?;
     }
 }
 
