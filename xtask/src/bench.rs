@@ -821,10 +821,16 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
         k: usize,
     ) -> Result<(), String> {
         let fitted = spec.fit(x, y, k).map_err(|e| e.to_string())?;
+        let mut kept = Mat::<f64>::zeros(x.nrows(), k);
         for _ in 0..10 {
             let t = Instant::now();
             if op == "fit" {
                 std::hint::black_box(spec.fit(x, y, k).map_err(|e| e.to_string())?);
+            } else if op == "predict-into" {
+                fitted
+                    .log_joint_into(x, kept.as_mut(), Posterior::Probability)
+                    .map_err(|e| e.to_string())?;
+                std::hint::black_box(&kept);
             } else {
                 std::hint::black_box(fitted.predict_proba(x).map_err(|e| e.to_string())?);
             }

@@ -12,7 +12,7 @@
 use faer::{Mat, MatMut, MatRef};
 use rayon::prelude::*;
 
-use crate::parallel::{CHUNK_ROWS, check_finite_rows};
+use crate::parallel::{CHUNK_ROWS, build_by_row_chunks, check_finite_rows};
 use crate::{GenerativeError, Result};
 use density::numerics::{exp_shifted_accumulate, log_normalize_in_place, log_sum_exp};
 
@@ -210,8 +210,14 @@ pub trait GenerativeClassifier: Send + Sync {
     /// fixed chunk, then (optionally) its normalisation, in the same parallel pass.
     #[doc(hidden)]
     fn log_joint_then(&self, x: MatRef<'_, f64>, what: Posterior) -> Result<Mat<f64>> {
-        let mut out = Mat::zeros(x.nrows(), self.n_classes());
-        self.log_joint_into(x, out.as_mut(), what)?;
+        check_features(self, x)?;
+        // The output is built by the workers that compute it (`build_by_row_chunks`), not
+        // zeroed on one thread first.
+        let (out, checks) = build_by_row_chunks(x.nrows(), self.n_classes(), |c, chunk| {
+            fill_chunk(self, x, c * CHUNK_ROWS, chunk, what, true)
+        });
+        // The first error in chunk order, so messages do not depend on the thread count.
+        checks.into_iter().collect::<Result<()>>()?;
         Ok(out)
     }
 
@@ -249,13 +255,7 @@ pub trait GenerativeClassifier: Send + Sync {
         what: Posterior,
         check: bool,
     ) -> Result<()> {
-        if x.ncols() != self.n_features() {
-            return Err(GenerativeError::DimensionMismatch {
-                what: "columns of x vs model features",
-                expected: self.n_features(),
-                got: x.ncols(),
-            });
-        }
+        check_features(self, x)?;
         if out.nrows() != x.nrows() || out.ncols() != self.n_classes() {
             return Err(GenerativeError::DimensionMismatch {
                 what: "output rows × classes",
@@ -268,20 +268,7 @@ pub trait GenerativeClassifier: Send + Sync {
         let checks: Vec<Result<()>> = out
             .par_row_chunks_mut(CHUNK_ROWS)
             .enumerate()
-            .map(|(c, mut chunk)| {
-                let r0 = c * CHUNK_ROWS;
-                let xc = x.subrows(r0, chunk.nrows());
-                if check {
-                    self.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
-                }
-                if what == Posterior::Joint {
-                    self.log_joint_chunk(xc, chunk.as_mut());
-                } else {
-                    self.posterior_scores_chunk(xc, chunk.as_mut());
-                    normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
-                }
-                Ok(())
-            })
+            .map(|(c, chunk)| fill_chunk(self, x, c * CHUNK_ROWS, chunk, what, check))
             .collect();
         checks.into_iter().collect()
     }
@@ -307,6 +294,41 @@ pub trait GenerativeClassifier: Send + Sync {
         let lj = self.log_joint(x)?;
         Ok(row_log_sum_exp(lj.as_ref()).iter().sum())
     }
+}
+
+/// `x` has the model's number of features.
+fn check_features<M: GenerativeClassifier + ?Sized>(model: &M, x: MatRef<'_, f64>) -> Result<()> {
+    if x.ncols() != model.n_features() {
+        return Err(GenerativeError::DimensionMismatch {
+            what: "columns of x vs model features",
+            expected: model.n_features(),
+            got: x.ncols(),
+        });
+    }
+    Ok(())
+}
+
+/// One chunk of a prediction pass: rows `r0 .. r0 + chunk.nrows()` of `x`, checked (with
+/// `check`) by the worker that computes them, then their joint or posteriors by `what`.
+fn fill_chunk<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    x: MatRef<'_, f64>,
+    r0: usize,
+    mut chunk: MatMut<'_, f64>,
+    what: Posterior,
+    check: bool,
+) -> Result<()> {
+    let xc = x.subrows(r0, chunk.nrows());
+    if check {
+        model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
+    }
+    if what == Posterior::Joint {
+        model.log_joint_chunk(xc, chunk.as_mut());
+    } else {
+        model.posterior_scores_chunk(xc, chunk.as_mut());
+        normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
+    }
+    Ok(())
 }
 
 /// What [`GenerativeClassifier::log_joint_into`] writes.
