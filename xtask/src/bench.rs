@@ -276,13 +276,72 @@ fn em_iteration<S: WeightedFit + Clone>(
 }
 
 /// Runs the benchmarks and writes `target/bench/report.md`.
-pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
+/// Which rows `bench` times: `--models` (scikit-learn's names: LDA_lsqr, QDA, GaussianNB,
+/// BernoulliNB, MultinomialNB, GMM_full, GMM_diag) and `--n`, so that a same-run comparison of
+/// a few rows does not take the hour a full `--compare` takes here.
+#[derive(Debug, Default)]
+pub struct Selection {
+    pub models: Option<Vec<String>>,
+    pub ns: Option<Vec<usize>>,
+}
+
+impl Selection {
+    /// Parses the comma-separated values of `--models` and `--n`.
+    pub fn parse(models: Option<&str>, ns: Option<&str>) -> Result<Self, String> {
+        const KNOWN: [&str; 7] = [
+            "LDA_lsqr",
+            "QDA",
+            "GaussianNB",
+            "BernoulliNB",
+            "MultinomialNB",
+            "GMM_full",
+            "GMM_diag",
+        ];
+        let models = models
+            .map(|m| {
+                m.split(',')
+                    .map(|v| {
+                        if KNOWN.contains(&v) {
+                            Ok(v.to_string())
+                        } else {
+                            Err(format!(
+                                "--models: unknown model {v:?} (known: {})",
+                                KNOWN.join(", ")
+                            ))
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        let ns = ns
+            .map(|v| {
+                v.split(',')
+                    .map(|n| {
+                        n.parse::<usize>()
+                            .ok()
+                            .filter(|&n| n > 0)
+                            .ok_or_else(|| format!("--n: expected positive row counts, got {n:?}"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(Selection { models, ns })
+    }
+
+    fn wants(&self, model: &str) -> bool {
+        self.models
+            .as_ref()
+            .is_none_or(|m| m.iter().any(|v| v == model))
+    }
+}
+
+pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Result<(), String> {
     let out = crate::root().join("target").join("bench");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
-    let ns: &[usize] = if quick {
-        &[100_000]
-    } else {
-        &[100_000, 1_000_000]
+    let ns: &[usize] = match &sel.ns {
+        Some(ns) => ns,
+        None if quick => &[100_000],
+        None => &[100_000, 1_000_000],
     };
     let ds: &[usize] = if quick { &[2, 16] } else { &[2, 16, 64] };
     let ks: &[usize] = &[2, 10];
@@ -298,7 +357,7 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
 
     let mut rows: Vec<Row> = Vec::new();
     // Multivariate normal log-pdf throughput over 1,000,000 rows.
-    for &d in if csv_only {
+    for &d in if csv_only || sel.models.is_some() {
         &[][..]
     } else {
         &[2usize, 16, 64][..]
@@ -342,101 +401,120 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
                         .check()
                         .unwrap_or_else(|_| unreachable!())
                 };
-                classifier_rows(
-                    &mut rows,
-                    "LDA",
-                    "LDA_lsqr",
-                    &spec(CovarianceStructure::Tied),
-                    x.as_ref(),
-                    &y,
-                    k,
-                    reps,
-                )?;
-                classifier_rows(
-                    &mut rows,
-                    "QDA",
-                    "QDA",
-                    &spec(CovarianceStructure::Full),
-                    x.as_ref(),
-                    &y,
-                    k,
-                    reps,
-                )?;
-                classifier_rows(
-                    &mut rows,
-                    "GaussianNB",
-                    "GaussianNB",
-                    &spec(CovarianceStructure::Diagonal),
-                    x.as_ref(),
-                    &y,
-                    k,
-                    reps,
-                )?;
+                if sel.wants("LDA_lsqr") {
+                    classifier_rows(
+                        &mut rows,
+                        "LDA",
+                        "LDA_lsqr",
+                        &spec(CovarianceStructure::Tied),
+                        x.as_ref(),
+                        &y,
+                        k,
+                        reps,
+                    )?;
+                }
+                if sel.wants("QDA") {
+                    classifier_rows(
+                        &mut rows,
+                        "QDA",
+                        "QDA",
+                        &spec(CovarianceStructure::Full),
+                        x.as_ref(),
+                        &y,
+                        k,
+                        reps,
+                    )?;
+                }
+                if sel.wants("GaussianNB") {
+                    classifier_rows(
+                        &mut rows,
+                        "GaussianNB",
+                        "GaussianNB",
+                        &spec(CovarianceStructure::Diagonal),
+                        x.as_ref(),
+                        &y,
+                        k,
+                        reps,
+                    )?;
+                }
                 let b = BernoulliNbParams::default()
                     .check()
                     .map_err(|e| e.to_string())?;
-                classifier_rows(
-                    &mut rows,
-                    "BernoulliNB",
-                    "BernoulliNB",
-                    &b,
-                    xc.as_ref(),
-                    &yc,
-                    k,
-                    reps,
-                )?;
+                if sel.wants("BernoulliNB") {
+                    classifier_rows(
+                        &mut rows,
+                        "BernoulliNB",
+                        "BernoulliNB",
+                        &b,
+                        xc.as_ref(),
+                        &yc,
+                        k,
+                        reps,
+                    )?;
+                }
                 let m = MultinomialNbParams::default()
                     .check()
                     .map_err(|e| e.to_string())?;
-                classifier_rows(
-                    &mut rows,
-                    "MultinomialNB",
-                    "MultinomialNB",
-                    &m,
-                    xc.as_ref(),
-                    &yc,
-                    k,
-                    reps,
-                )?;
-                let full = em_iteration(&spec(CovarianceStructure::Full), x.as_ref(), &y, k, reps)?;
-                rows.push(Row {
-                    op: "EM iteration, full covariance".into(),
-                    n,
-                    d,
-                    k,
-                    seconds: full,
-                    sklearn_key: Some(format!("GMM_full.em_step,{n},{d},{k}")),
-                    flops: Some(4.0 * (n * k * d * d) as f64),
-                });
-                let diag = em_iteration(
-                    &spec(CovarianceStructure::Diagonal),
-                    x.as_ref(),
-                    &y,
-                    k,
-                    reps,
-                )?;
-                rows.push(Row {
-                    op: "EM iteration, diagonal".into(),
-                    n,
-                    d,
-                    k,
-                    seconds: diag,
-                    sklearn_key: Some(format!("GMM_diag.em_step,{n},{d},{k}")),
-                    flops: None,
-                });
-                let tied = em_iteration(&spec(CovarianceStructure::Tied), x.as_ref(), &y, k, reps)?;
-                rows.push(Row {
-                    op: "EM iteration, tied (LDA)".into(),
-                    n,
-                    d,
-                    k,
-                    seconds: tied,
-                    sklearn_key: None,
-                    flops: None,
-                });
-                eprintln!(
-                    "n={n} d={d} k={k}: EM full {full:.3} s, diag {diag:.3} s, tied {tied:.3} s per iteration"
-                );
+                if sel.wants("MultinomialNB") {
+                    classifier_rows(
+                        &mut rows,
+                        "MultinomialNB",
+                        "MultinomialNB",
+                        &m,
+                        xc.as_ref(),
+                        &yc,
+                        k,
+                        reps,
+                    )?;
+                }
+                if sel.wants("GMM_full") {
+                    let full =
+                        em_iteration(&spec(CovarianceStructure::Full), x.as_ref(), &y, k, reps)?;
+                    rows.push(Row {
+                        op: "EM iteration, full covariance".into(),
+                        n,
+                        d,
+                        k,
+                        seconds: full,
+                        sklearn_key: Some(format!("GMM_full.em_step,{n},{d},{k}")),
+                        flops: Some(4.0 * (n * k * d * d) as f64),
+                    });
+                    eprintln!("n={n} d={d} k={k}: EM full {full:.3} s per iteration");
+                }
+                if sel.wants("GMM_diag") {
+                    let diag = em_iteration(
+                        &spec(CovarianceStructure::Diagonal),
+                        x.as_ref(),
+                        &y,
+                        k,
+                        reps,
+                    )?;
+                    rows.push(Row {
+                        op: "EM iteration, diagonal".into(),
+                        n,
+                        d,
+                        k,
+                        seconds: diag,
+                        sklearn_key: Some(format!("GMM_diag.em_step,{n},{d},{k}")),
+                        flops: None,
+                    });
+                    eprintln!("n={n} d={d} k={k}: EM diag {diag:.3} s per iteration");
+                }
+                // No scikit-learn counterpart; timed with the full-covariance row.
+                if sel.wants("GMM_full") {
+                    let tied =
+                        em_iteration(&spec(CovarianceStructure::Tied), x.as_ref(), &y, k, reps)?;
+                    rows.push(Row {
+                        op: "EM iteration, tied (LDA)".into(),
+                        n,
+                        d,
+                        k,
+                        seconds: tied,
+                        sklearn_key: None,
+                        flops: None,
+                    });
+                    eprintln!("n={n} d={d} k={k}: EM tied {tied:.3} s per iteration");
+                }
             }
         }
     }
@@ -598,6 +676,12 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
                 "--reps",
                 &reps.max(3).to_string(),
             ])
+            .args(
+                sel.models
+                    .as_ref()
+                    .map(|m| vec!["--models".to_string(), m.join(",")])
+                    .unwrap_or_default(),
+            )
             .env("OMP_NUM_THREADS", threads.to_string())
             .env("OPENBLAS_NUM_THREADS", threads.to_string())
             .status();
@@ -621,9 +705,16 @@ pub fn run(quick: bool, compare: bool, csv_only: bool) -> Result<(), String> {
         .unwrap_or_default();
     let _ = writeln!(
         md,
-        "# Benchmarks\n\nMachine: {cpu}, {threads} threads. `cargo xtask bench{}{}`; median of {reps} run(s) after a warm-up.\n",
+        "# Benchmarks\n\nMachine: {cpu}, {threads} threads. `cargo xtask bench{}{}{}{}`; median of {reps} run(s) after a warm-up.\n",
         if quick { " --quick" } else { "" },
-        if compare { " --compare" } else { "" }
+        if compare { " --compare" } else { "" },
+        sel.models
+            .as_ref()
+            .map_or(String::new(), |m| format!(" --models {}", m.join(","))),
+        sel.ns.as_ref().map_or(String::new(), |n| format!(
+            " --n {}",
+            n.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+        )),
     );
     let _ = writeln!(
         md,

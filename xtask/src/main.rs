@@ -18,7 +18,7 @@ static ALLOC: ssl_cli::alloc::HugePageAlloc = ssl_cli::alloc::HugePageAlloc;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)\n  profile <model>-<fit|predict|predict-into> [D] [K]  10 fits or predictions (predict-into: into a kept buffer) at n = 1e6 (lda, qda, gnb, bnb, mnb)",
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)\n  profile <model>-<fit|predict|predict-into> [D] [K]  10 fits or predictions (predict-into: into a kept buffer) at n = 1e6 (lda, qda, gnb, bnb, mnb)",
         reproduce::SCENARIOS.join(", ")
     );
     ExitCode::from(2)
@@ -40,7 +40,17 @@ fn main() -> ExitCode {
             };
             reproduce::generate(name, out)
         }
-        Some("bench") => bench::run(flag("--quick"), flag("--compare"), flag("--csv-only")),
+        Some("bench") => {
+            let value = |f: &str| {
+                args.iter()
+                    .position(|a| a == f)
+                    .and_then(|i| args.get(i + 1))
+                    .map(String::as_str)
+            };
+            bench::Selection::parse(value("--models"), value("--n")).and_then(|sel| {
+                bench::run(flag("--quick"), flag("--compare"), flag("--csv-only"), &sel)
+            })
+        }
         Some("profile-em") => bench::profile_em(
             args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16),
             args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10),
