@@ -167,8 +167,10 @@ fn bandwidth() -> (f64, f64) {
     (bytes / t1 / 1e9, bytes / t2 / 1e9)
 }
 
+/// Fit and predict_proba rows of one classifier, when `sel` asks for its scikit-learn name `sk`.
 fn classifier_rows<S: WeightedFit>(
     rows: &mut Vec<Row>,
+    sel: &Selection,
     name: &str,
     sk: &str,
     spec: &S,
@@ -177,6 +179,9 @@ fn classifier_rows<S: WeightedFit>(
     k: usize,
     reps: usize,
 ) -> Result<(), String> {
+    if !sel.wants(sk) {
+        return Ok(());
+    }
     let (n, d) = (x.nrows(), x.ncols());
     let mut model = None;
     let t_fit = time_it(reps, || model = spec.fit(x, y, k).ok());
@@ -275,7 +280,6 @@ fn em_iteration<S: WeightedFit + Clone>(
     Ok(median(diffs))
 }
 
-/// Runs the benchmarks and writes `target/bench/report.md`.
 /// Which rows `bench` times: `--models` (scikit-learn's names: LDA_lsqr, QDA, GaussianNB,
 /// BernoulliNB, MultinomialNB, GMM_full, GMM_diag) and `--n`, so that a same-run comparison of
 /// a few rows does not take the hour a full `--compare` takes here.
@@ -335,6 +339,7 @@ impl Selection {
     }
 }
 
+/// Runs the benchmarks and writes `target/bench/report.md`.
 pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Result<(), String> {
     let out = crate::root().join("target").join("bench");
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
@@ -401,72 +406,67 @@ pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Resul
                         .check()
                         .unwrap_or_else(|_| unreachable!())
                 };
-                if sel.wants("LDA_lsqr") {
-                    classifier_rows(
-                        &mut rows,
-                        "LDA",
-                        "LDA_lsqr",
-                        &spec(CovarianceStructure::Tied),
-                        x.as_ref(),
-                        &y,
-                        k,
-                        reps,
-                    )?;
-                }
-                if sel.wants("QDA") {
-                    classifier_rows(
-                        &mut rows,
-                        "QDA",
-                        "QDA",
-                        &spec(CovarianceStructure::Full),
-                        x.as_ref(),
-                        &y,
-                        k,
-                        reps,
-                    )?;
-                }
-                if sel.wants("GaussianNB") {
-                    classifier_rows(
-                        &mut rows,
-                        "GaussianNB",
-                        "GaussianNB",
-                        &spec(CovarianceStructure::Diagonal),
-                        x.as_ref(),
-                        &y,
-                        k,
-                        reps,
-                    )?;
-                }
+                classifier_rows(
+                    &mut rows,
+                    sel,
+                    "LDA",
+                    "LDA_lsqr",
+                    &spec(CovarianceStructure::Tied),
+                    x.as_ref(),
+                    &y,
+                    k,
+                    reps,
+                )?;
+                classifier_rows(
+                    &mut rows,
+                    sel,
+                    "QDA",
+                    "QDA",
+                    &spec(CovarianceStructure::Full),
+                    x.as_ref(),
+                    &y,
+                    k,
+                    reps,
+                )?;
+                classifier_rows(
+                    &mut rows,
+                    sel,
+                    "GaussianNB",
+                    "GaussianNB",
+                    &spec(CovarianceStructure::Diagonal),
+                    x.as_ref(),
+                    &y,
+                    k,
+                    reps,
+                )?;
                 let b = BernoulliNbParams::default()
                     .check()
                     .map_err(|e| e.to_string())?;
-                if sel.wants("BernoulliNB") {
-                    classifier_rows(
-                        &mut rows,
-                        "BernoulliNB",
-                        "BernoulliNB",
-                        &b,
-                        xc.as_ref(),
-                        &yc,
-                        k,
-                        reps,
-                    )?;
-                }
+                classifier_rows(
+                    &mut rows,
+                    sel,
+                    "BernoulliNB",
+                    "BernoulliNB",
+                    &b,
+                    xc.as_ref(),
+                    &yc,
+                    k,
+                    reps,
+                )?;
                 let m = MultinomialNbParams::default()
                     .check()
                     .map_err(|e| e.to_string())?;
-                if sel.wants("MultinomialNB") {
-                    classifier_rows(
-                        &mut rows,
-                        "MultinomialNB",
-                        "MultinomialNB",
-                        &m,
-                        xc.as_ref(),
-                        &yc,
-                        k,
-                        reps,
-                    )?;
-                }
+                classifier_rows(
+                    &mut rows,
+                    sel,
+                    "MultinomialNB",
+                    "MultinomialNB",
+                    &m,
+                    xc.as_ref(),
+                    &yc,
+                    k,
+                    reps,
+                )?;
                 if sel.wants("GMM_full") {
                     let full =
                         em_iteration(&spec(CovarianceStructure::Full), x.as_ref(), &y, k, reps)?;
@@ -912,12 +912,13 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
         k: usize,
     ) -> Result<(), String> {
         let fitted = spec.fit(x, y, k).map_err(|e| e.to_string())?;
-        let mut kept = Mat::<f64>::zeros(x.nrows(), k);
+        let mut kept = Mat::<f64>::new();
         for _ in 0..10 {
             let t = Instant::now();
             if op == "fit" {
                 std::hint::black_box(spec.fit(x, y, k).map_err(|e| e.to_string())?);
             } else if op == "predict-into" {
+                kept.resize_with(x.nrows(), k, |_, _| 0.0);
                 fitted
                     .log_joint_into(x, kept.as_mut(), Posterior::Probability)
                     .map_err(|e| e.to_string())?;
