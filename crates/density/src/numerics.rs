@@ -178,14 +178,19 @@ pub fn exp_nonpositive(x: f64) -> f64 {
 pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64]) {
     pulp::Arch::new().dispatch(
         #[inline(always)]
-        || {
-            for ((v, m), s) in values.iter_mut().zip(shift).zip(sums.iter_mut()) {
-                let e = exp_nonpositive(*v - m);
-                *v = e;
-                *s += e;
-            }
-        },
+        || exp_shifted_accumulate_inline(values, shift, sums),
     );
+}
+
+/// [`exp_shifted_accumulate`] without its choice of SIMD: for callers that already run inside
+/// a `pulp` dispatch of their own (one choice per chunk instead of one per short slice).
+#[inline(always)]
+pub fn exp_shifted_accumulate_inline(values: &mut [f64], shift: &[f64], sums: &mut [f64]) {
+    for ((v, m), s) in values.iter_mut().zip(shift).zip(sums.iter_mut()) {
+        let e = exp_nonpositive(*v - m);
+        *v = e;
+        *s += e;
+    }
 }
 
 /// Sum of a slice with eight fixed partial sums (combined in a fixed order), so the loop
