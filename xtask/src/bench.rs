@@ -37,20 +37,30 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// by [`HostGate`], as scikit-learn's are by its script.
 fn run_times(reps: usize, mut f: impl FnMut()) -> Vec<f64> {
     f();
-    let mut times = Vec::with_capacity(reps.max(1));
-    let mut redone = 0;
-    while times.len() < reps.max(1) {
-        HostGate::wait_fast();
+    let times = gated(reps, || {
         let t = Instant::now();
         f();
-        let seconds = t.elapsed().as_secs_f64();
+        Ok::<f64, std::convert::Infallible>(t.elapsed().as_secs_f64())
+    });
+    times.unwrap_or_else(|never| match never {})
+}
+
+/// `reps` (at least one) results of `measure`, each taken under [`HostGate`]: it waits for a fast
+/// host before a measurement and redoes the measurement when the host slowed during it (at most
+/// [`HostGate::MAX_REDO`] times). The first error ends the measurements.
+fn gated<T, E>(reps: usize, mut measure: impl FnMut() -> Result<T, E>) -> Result<Vec<T>, E> {
+    let mut results = Vec::with_capacity(reps.max(1));
+    let mut redone = 0;
+    while results.len() < reps.max(1) {
+        HostGate::wait_fast();
+        let result = measure()?;
         if HostGate::still_fast() || redone >= HostGate::MAX_REDO {
-            times.push(seconds);
+            results.push(result);
         } else {
             redone += 1;
         }
     }
-    times
+    Ok(results)
 }
 
 /// The host-speed gate of our side under `--compare`: the same rule scikit-learn's script
@@ -395,18 +405,11 @@ fn em_iteration<S: WeightedFit + Clone>(
         Ok(t.elapsed().as_secs_f64())
     };
     timed(&three)?; // warm-up
-    let mut diffs = Vec::with_capacity(reps.max(1));
-    let mut redone = 0;
-    while diffs.len() < reps.max(1) {
-        HostGate::wait_fast();
+    let diffs = gated(reps, || {
         let t1 = timed(&one)?;
         let t3 = timed(&three)?;
-        if HostGate::still_fast() || redone >= HostGate::MAX_REDO {
-            diffs.push(((t3 - t1) / 2.0).max(0.0));
-        } else {
-            redone += 1;
-        }
-    }
+        Ok::<f64, String>(((t3 - t1) / 2.0).max(0.0))
+    })?;
     Ok(median(diffs))
 }
 
@@ -602,53 +605,45 @@ pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Resul
                     k,
                     reps,
                 )?;
-                if sel.wants("GMM_full") {
-                    let full =
-                        em_iteration(&spec(CovarianceStructure::Full), x.as_ref(), &y, k, reps)?;
+                // Tied has no scikit-learn counterpart; it is timed with the full-covariance row.
+                for (structure, sk, op, short, flops) in [
+                    (
+                        CovarianceStructure::Full,
+                        "GMM_full",
+                        "full covariance",
+                        "full",
+                        Some(4.0 * (n * k * d * d) as f64),
+                    ),
+                    (
+                        CovarianceStructure::Diagonal,
+                        "GMM_diag",
+                        "diagonal",
+                        "diag",
+                        None,
+                    ),
+                    (
+                        CovarianceStructure::Tied,
+                        "GMM_full",
+                        "tied (LDA)",
+                        "tied",
+                        None,
+                    ),
+                ] {
+                    if !sel.wants(sk) {
+                        continue;
+                    }
+                    let seconds = em_iteration(&spec(structure), x.as_ref(), &y, k, reps)?;
                     rows.push(Row {
-                        op: "EM iteration, full covariance".into(),
+                        op: format!("EM iteration, {op}"),
                         n,
                         d,
                         k,
-                        seconds: full,
-                        sklearn_key: Some(format!("GMM_full.em_step,{n},{d},{k}")),
-                        flops: Some(4.0 * (n * k * d * d) as f64),
+                        seconds,
+                        sklearn_key: (structure != CovarianceStructure::Tied)
+                            .then(|| format!("{sk}.em_step,{n},{d},{k}")),
+                        flops,
                     });
-                    eprintln!("n={n} d={d} k={k}: EM full {full:.3} s per iteration");
-                }
-                if sel.wants("GMM_diag") {
-                    let diag = em_iteration(
-                        &spec(CovarianceStructure::Diagonal),
-                        x.as_ref(),
-                        &y,
-                        k,
-                        reps,
-                    )?;
-                    rows.push(Row {
-                        op: "EM iteration, diagonal".into(),
-                        n,
-                        d,
-                        k,
-                        seconds: diag,
-                        sklearn_key: Some(format!("GMM_diag.em_step,{n},{d},{k}")),
-                        flops: None,
-                    });
-                    eprintln!("n={n} d={d} k={k}: EM diag {diag:.3} s per iteration");
-                }
-                // No scikit-learn counterpart; timed with the full-covariance row.
-                if sel.wants("GMM_full") {
-                    let tied =
-                        em_iteration(&spec(CovarianceStructure::Tied), x.as_ref(), &y, k, reps)?;
-                    rows.push(Row {
-                        op: "EM iteration, tied (LDA)".into(),
-                        n,
-                        d,
-                        k,
-                        seconds: tied,
-                        sklearn_key: None,
-                        flops: None,
-                    });
-                    eprintln!("n={n} d={d} k={k}: EM tied {tied:.3} s per iteration");
+                    eprintln!("n={n} d={d} k={k}: EM {short} {seconds:.3} s per iteration");
                 }
             }
         }
@@ -710,18 +705,7 @@ pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Resul
                 .filter(|o| o.status.success())
                 .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
         };
-        let mut times = Vec::new();
-        let mut redone = 0;
-        while times.len() < reps.max(1) {
-            HostGate::wait_fast();
-            let t = once();
-            if HostGate::still_fast() || redone >= HostGate::MAX_REDO {
-                times.push(t);
-            } else {
-                redone += 1;
-            }
-        }
-        times.into_iter().collect::<Option<Vec<f64>>>().map(median)
+        gated(reps, || once().ok_or(())).ok().map(median)
     } else {
         None
     };

@@ -173,19 +173,11 @@ pub fn exp_nonpositive(x: f64) -> f64 {
 }
 
 /// `values[i] = exp(values[i] − shift[i])` and `sums[i] += values[i]` (requires
-/// `values[i] ≤ shift[i]`), vectorised with the widest SIMD the CPU has (chosen at run time; the
-/// arithmetic is the same on every path, so results do not depend on it).
-pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64]) {
-    pulp::Arch::new().dispatch(
-        #[inline(always)]
-        || exp_shifted_accumulate_inline(values, shift, sums),
-    );
-}
-
-/// [`exp_shifted_accumulate`] without its choice of SIMD: for callers that already run inside
-/// a `pulp` dispatch of their own (one choice per chunk instead of one per short slice).
+/// `values[i] ≤ shift[i]`). Branch-free, so it vectorises: callers run it inside a `pulp`
+/// dispatch of their own (one choice of SIMD per chunk, not per short slice) for the widest
+/// vectors the CPU has; the arithmetic is the same on every path, so results do not depend on it.
 #[inline(always)]
-pub fn exp_shifted_accumulate_inline(values: &mut [f64], shift: &[f64], sums: &mut [f64]) {
+pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64]) {
     for ((v, m), s) in values.iter_mut().zip(shift).zip(sums.iter_mut()) {
         let e = exp_nonpositive(*v - m);
         *v = e;

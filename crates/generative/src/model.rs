@@ -14,7 +14,7 @@ use rayon::prelude::*;
 
 use crate::parallel::{CHUNK_ROWS, build_by_row_chunks, check_finite_rows};
 use crate::{GenerativeError, Result};
-use density::numerics::{exp_shifted_accumulate_inline, log_normalize_in_place, log_sum_exp};
+use density::numerics::{exp_shifted_accumulate, log_normalize_in_place, log_sum_exp};
 
 /// Class priors: estimated as the classes' shares of the total weight, or fixed by the user.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -431,11 +431,11 @@ fn normalize_block(
             .map(|i| (i, (0..k).map(|j| m[(i, j)]).collect()))
             .collect()
     };
-    // A non-finite maximum would give NaN below; those rows are redone from `special`.
-    let mut shift = [0.0; NORMALIZE_BLOCK];
-    let shift = &mut shift[..b];
-    for (s, v) in shift.iter_mut().zip(max.iter()) {
-        *s = if v.is_finite() { *v } else { 0.0 };
+    // Each row's maximum becomes its shift; a non-finite one would give NaN below, so it is
+    // replaced by 0 and those rows are redone from `special`.
+    let shift = max;
+    for v in shift.iter_mut().filter(|v| !v.is_finite()) {
+        *v = 0.0;
     }
     let mut sum = [0.0; NORMALIZE_BLOCK];
     let sum = &mut sum[..b];
@@ -446,16 +446,16 @@ fn normalize_block(
             .try_as_col_major_mut()
             .map(|c| c.as_slice_mut());
         match col {
-            Some(col) if probability => exp_shifted_accumulate_inline(col, shift, sum),
+            Some(col) if probability => exp_shifted_accumulate(col, shift, sum),
             Some(col) => {
                 tmp.copy_from_slice(col);
-                exp_shifted_accumulate_inline(tmp, shift, sum);
+                exp_shifted_accumulate(tmp, shift, sum);
             }
             None => {
                 for (i, t) in tmp.iter_mut().enumerate() {
                     *t = m[(i, j)];
                 }
-                exp_shifted_accumulate_inline(tmp, shift, sum);
+                exp_shifted_accumulate(tmp, shift, sum);
                 if probability {
                     for (i, e) in tmp.iter().enumerate() {
                         m[(i, j)] = *e;
