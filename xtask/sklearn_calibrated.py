@@ -9,13 +9,17 @@ here copies at 12–15 GB/s) most repetitions are judged "slow" and redone after
 minutes, so a full run never ends. This wrapper measures the canary on this machine while it is
 quiet (5 runs) and uses the slowest of those rates as the references, so a repetition is redone
 only when the host runs below 80% (DGEMM) / 75% (copy) of its ordinary quiet range; the check
-for other processes in the guest is unchanged. Under `--compare` our own side (and pandas' CSV
+for other processes in the guest is unchanged. When no canary is fast for 120 s while waiting
+(references calibrated in a fast phase of the host once stalled a run for half an hour), the
+references are measured again and lowered to the slowest of 5 new readings (never raised); each
+lowering is printed. Under `--compare` our own side (and pandas' CSV
 reads) pass the same rule, with references calibrated the same way (`HostGate` in
 xtask/src/bench.rs), so both sides are timed in the host's ordinary quiet range.
 """
 import os
 import runpy
 import sys
+import time
 
 script = os.path.abspath(sys.argv[1])
 sys.path.insert(0, os.path.dirname(script))
@@ -36,5 +40,31 @@ print(f"# canary references calibrated on this machine (slowest of 5 while quiet
       f"{benchutil.CANARY_REF['copy']})", flush=True)
 benchutil.CANARY_REF["dgemm"][threads] = gflops
 benchutil.CANARY_REF["copy"] = copy
+
+LOWER_AFTER_SECONDS = 120.0
+_wait_fast = benchutil.wait_fast
+
+
+def wait_fast_lowering(threads, max_wait=900.0, verbose=True):
+    """benchutil.wait_fast in slices of LOWER_AFTER_SECONDS, re-measuring the references after each
+    slice that ends slow (the script calls it by name, so it is replaced in its module)."""
+    start = time.time()
+    while True:
+        slice_wait = min(LOWER_AFTER_SECONDS, max(1.0, max_wait - (time.time() - start)))
+        vals = _wait_fast(threads, max_wait=slice_wait, verbose=verbose)
+        if benchutil.canary_ok(threads, vals) or time.time() - start > max_wait:
+            return vals
+        with threadpool_limits(limits=threads):
+            new = [benchutil.canary(threads) for _ in range(5)]
+        g = min(benchutil.CANARY_REF["dgemm"][threads], min(r[0] for r in new))
+        b = min(benchutil.CANARY_REF["copy"], min(r[1] for r in new))
+        print(f"# canary references lowered after {LOWER_AFTER_SECONDS:.0f} s without a fast canary: "
+              f"DGEMM {benchutil.CANARY_REF['dgemm'][threads]:.1f} -> {g:.1f} GFLOP/s, "
+              f"copy {benchutil.CANARY_REF['copy']:.1f} -> {b:.1f} GB/s", flush=True)
+        benchutil.CANARY_REF["dgemm"][threads] = g
+        benchutil.CANARY_REF["copy"] = b
+
+
+benchutil.wait_fast = wait_fast_lowering
 sys.argv = [script] + sys.argv[2:]
 runpy.run_path(script, run_name="__main__")
