@@ -1026,9 +1026,15 @@ fn floor_work(op: &str, n: usize, d: usize, k: usize) -> Option<(f64, f64)> {
 }
 
 /// Five semi-supervised EM iterations of QDA at n = 1,000,000 (to run under a profiler).
-pub fn profile_em(d: usize, k: usize) -> Result<(), String> {
+pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
+    let structure = match structure {
+        "full" => CovarianceStructure::Full,
+        "diag" => CovarianceStructure::Diagonal,
+        "tied" => CovarianceStructure::Tied,
+        other => return Err(format!("expected full, diag or tied, got {other:?}")),
+    };
     let (x, y) = gaussian_data(1_000_000, d, k, 0);
-    let spec = GaussianParams::with_structure(CovarianceStructure::Full)
+    let spec = GaussianParams::with_structure(structure)
         .check()
         .map_err(|e| e.to_string())?;
     let t = Instant::now();

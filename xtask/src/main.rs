@@ -18,7 +18,7 @@ static ALLOC: ssl_cli::alloc::HugePageAlloc = ssl_cli::alloc::HugePageAlloc;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  profile-em [D] [K]              5 EM iterations of QDA at n = 1e6 (for a profiler)\n  profile <model>-<fit|predict|predict-into> [D] [K]  10 fits or predictions (predict-into: into a kept buffer) at n = 1e6 (lda, qda, gnb, bnb, mnb)",
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  profile-em [D] [K] [full|diag|tied]  EM iterations at n = 1e6 (for a profiler; full covariance by default)\n  profile <model>-<fit|predict|predict-into> [D] [K]  10 fits or predictions (predict-into: into a kept buffer) at n = 1e6 (lda, qda, gnb, bnb, mnb)",
         reproduce::SCENARIOS.join(", ")
     );
     ExitCode::from(2)
@@ -54,6 +54,7 @@ fn main() -> ExitCode {
         Some("profile-em") => bench::profile_em(
             args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16),
             args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10),
+            args.get(3).map_or("full", String::as_str),
         ),
         Some("profile") => match args.get(1) {
             Some(what) => bench::profile_model(
