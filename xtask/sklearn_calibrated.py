@@ -29,11 +29,18 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 threads = 2
 if "--threads" in sys.argv:
     threads = int(sys.argv[sys.argv.index("--threads") + 1])
+
+
+def slowest_of_5():
+    """(GFLOP/s, GB/s): the slowest of 5 canary readings, each rate on its own."""
+    with threadpool_limits(limits=threads):
+        runs = [benchutil.canary(threads) for _ in range(5)]
+    return min(g for g, _ in runs), min(b for _, b in runs)
+
+
 with threadpool_limits(limits=threads):
     benchutil.wait_quiet()
-    runs = [benchutil.canary(threads) for _ in range(5)]
-gflops = min(g for g, _ in runs)
-copy = min(b for _, b in runs)
+gflops, copy = slowest_of_5()
 print(f"# canary references calibrated on this machine (slowest of 5 while quiet): "
       f"DGEMM {gflops:.1f} GFLOP/s on {threads} threads (script's reference "
       f"{benchutil.CANARY_REF['dgemm'].get(threads)}), copy {copy:.1f} GB/s (script's reference "
@@ -54,10 +61,9 @@ def wait_fast_lowering(threads, max_wait=900.0, verbose=True):
         vals = _wait_fast(threads, max_wait=slice_wait, verbose=verbose)
         if benchutil.canary_ok(threads, vals) or time.time() - start > max_wait:
             return vals
-        with threadpool_limits(limits=threads):
-            new = [benchutil.canary(threads) for _ in range(5)]
-        g = min(benchutil.CANARY_REF["dgemm"][threads], min(r[0] for r in new))
-        b = min(benchutil.CANARY_REF["copy"], min(r[1] for r in new))
+        new_g, new_b = slowest_of_5()
+        g = min(benchutil.CANARY_REF["dgemm"][threads], new_g)
+        b = min(benchutil.CANARY_REF["copy"], new_b)
         print(f"# canary references lowered after {LOWER_AFTER_SECONDS:.0f} s without a fast canary: "
               f"DGEMM {benchutil.CANARY_REF['dgemm'][threads]:.1f} -> {g:.1f} GFLOP/s, "
               f"copy {benchutil.CANARY_REF['copy']:.1f} -> {b:.1f} GB/s", flush=True)

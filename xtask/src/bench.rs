@@ -72,26 +72,21 @@ fn gated<T, E>(reps: usize, mut measure: impl FnMut() -> Result<T, E>) -> Result
 /// Without the gate the two sides were not timed under the same conditions: on this shared host
 /// scikit-learn's slow repetitions were redone and ours were kept.
 struct HostGate {
-    gflops: f64,
-    copy: f64,
     a: Mat<f64>,
     c: Mat<f64>,
     x: Vec<f64>,
     y: Vec<f64>,
-    /// Timed runs redone, canaries taken, seconds spent waiting for a fast host, and times the
-    /// references were lowered.
-    redone: usize,
-    canaries: usize,
-    waited: f64,
-    lowered: usize,
+    state: GateState,
 }
 
-/// What the gate did in a run (for the report).
-struct GateSummary {
-    /// References at the end of the run (GFLOP/s, GB/s): those calibrated at the start unless
-    /// they were lowered.
+/// The gate's references and what it has done so far (copied out for the report).
+#[derive(Clone, Copy, Default)]
+struct GateState {
+    /// References (GFLOP/s, GB/s): those calibrated at the start unless they were lowered.
     gflops: f64,
     copy: f64,
+    /// Timed runs redone, canaries taken, seconds spent waiting for a fast host, and times the
+    /// references were lowered.
     redone: usize,
     canaries: usize,
     waited: f64,
@@ -113,36 +108,24 @@ impl HostGate {
     fn enable() -> (f64, f64) {
         let n = 1024;
         let mut gate = HostGate {
-            gflops: 0.0,
-            copy: 0.0,
             a: Mat::from_fn(n, n, |i, j| ((i * 31 + j * 17) % 101) as f64 / 101.0),
             c: Mat::zeros(n, n),
             x: vec![1.0; 1 << 23],
             y: vec![0.0; 1 << 23],
-            redone: 0,
-            canaries: 0,
-            waited: 0.0,
-            lowered: 0,
+            state: GateState::default(),
         };
-        (gate.gflops, gate.copy) = gate.slowest_of_5();
-        let refs = (gate.gflops, gate.copy);
+        let refs = gate.slowest_of_5();
+        (gate.state.gflops, gate.state.copy) = refs;
         *GATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(gate);
         refs
     }
 
     /// What the gate did so far; `None` when it is off.
-    fn summary() -> Option<GateSummary> {
+    fn summary() -> Option<GateState> {
         GATE.lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|g| GateSummary {
-                gflops: g.gflops,
-                copy: g.copy,
-                redone: g.redone,
-                canaries: g.canaries,
-                waited: g.waited,
-                lowered: g.lowered,
-            })
+            .map(|g| g.state)
     }
 
     /// The slowest of 5 canary readings (GFLOP/s, GB/s), each rate on its own.
@@ -156,7 +139,7 @@ impl HostGate {
 
     /// Best of 3 matrix-product rates (GFLOP/s) and of 3 copy rates (GB/s, read + write).
     fn canary(&mut self) -> (f64, f64) {
-        self.canaries += 1;
+        self.state.canaries += 1;
         let (mut g, mut b) = (0.0f64, 0.0f64);
         let n = self.a.nrows() as f64;
         for _ in 0..3 {
@@ -181,7 +164,7 @@ impl HostGate {
 
     fn fast(&mut self) -> bool {
         let (g, b) = self.canary();
-        g >= 0.8 * self.gflops && b >= 0.75 * self.copy
+        g >= 0.8 * self.state.gflops && b >= 0.75 * self.state.copy
     }
 
     /// Blocks until the canary is fast (or the wait is too long); nothing when the gate is off.
@@ -195,25 +178,26 @@ impl HostGate {
         while !gate.fast() && start.elapsed().as_secs_f64() < Self::MAX_WAIT_SECONDS {
             if since_lowered.elapsed().as_secs_f64() > Self::LOWER_AFTER_SECONDS {
                 let (g, b) = gate.slowest_of_5();
-                if g < gate.gflops || b < gate.copy {
-                    gate.lowered += 1;
+                let refs = &mut gate.state;
+                let (new_g, new_b) = (refs.gflops.min(g), refs.copy.min(b));
+                if (new_g, new_b) != (refs.gflops, refs.copy) {
+                    refs.lowered += 1;
                     eprintln!(
                         "host-speed gate: no fast canary for {:.0} s; references lowered from {:.1} GFLOP/s, {:.1} GB/s to {:.1}, {:.1}",
                         Self::LOWER_AFTER_SECONDS,
-                        gate.gflops,
-                        gate.copy,
-                        g.min(gate.gflops),
-                        b.min(gate.copy)
+                        refs.gflops,
+                        refs.copy,
+                        new_g,
+                        new_b
                     );
                 }
-                gate.gflops = gate.gflops.min(g);
-                gate.copy = gate.copy.min(b);
+                (refs.gflops, refs.copy) = (new_g, new_b);
                 since_lowered = Instant::now();
                 continue;
             }
             std::thread::sleep(std::time::Duration::from_secs(5));
         }
-        gate.waited += start.elapsed().as_secs_f64();
+        gate.state.waited += start.elapsed().as_secs_f64();
     }
 
     /// Whether the canary is still fast after a timed run (always, when the gate is off); a
@@ -225,7 +209,7 @@ impl HostGate {
         };
         let fast = gate.fast();
         if !fast {
-            gate.redone += 1;
+            gate.state.redone += 1;
         }
         fast
     }
