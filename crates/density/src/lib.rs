@@ -12,6 +12,7 @@ mod error;
 pub mod family;
 pub mod linalg;
 pub mod mahalanobis;
+pub mod moments;
 pub mod mvn;
 pub mod numerics;
 pub mod regularize;

@@ -150,41 +150,22 @@ impl SufficientStats {
     /// Replaces `self` by the statistics of `x` with `weights` (lengths must already agree),
     /// reusing `buffer` as scratch so a hot loop does not allocate.
     ///
-    /// The element-wise loops (weighted sums, square roots, centring) run inside pulp's
-    /// run-time dispatch, so they use the CPU's widest SIMD; their sums have fixed partial-sum
-    /// orders, so every instruction set gives the same bits.
+    /// The sums run with the CPU's widest SIMD (each kernel dispatches on it at run time:
+    /// [`crate::scatter`] for full scatters, [`crate::moments`] for diagonal ones).
     pub fn accumulate_rows(&mut self, x: MatRef<'_, f64>, weights: &[f64], buffer: &mut Vec<f64>) {
-        pulp::Arch::new().dispatch(Accumulate {
-            stats: self,
-            x,
-            rows: None,
-            weights: Some(weights),
-            buffer,
-        });
+        self.accumulate_body(x, None, Some(weights), buffer);
     }
 
     /// Replaces `self` by the statistics of the rows of `x`, each of weight one (a class's rows
     /// in a supervised fit): the products skip the weighting.
     pub fn accumulate_unweighted(&mut self, x: MatRef<'_, f64>, buffer: &mut Vec<f64>) {
-        pulp::Arch::new().dispatch(Accumulate {
-            stats: self,
-            x,
-            rows: None,
-            weights: None,
-            buffer,
-        });
+        self.accumulate_body(x, None, None, buffer);
     }
 
     /// Replaces `self` by the statistics of the rows `rows` of `x`, each of weight one, read in
     /// place rather than copied out first.
     pub fn accumulate_subset(&mut self, x: MatRef<'_, f64>, rows: &[usize], buffer: &mut Vec<f64>) {
-        pulp::Arch::new().dispatch(Accumulate {
-            stats: self,
-            x,
-            rows: Some(rows),
-            weights: None,
-            buffer,
-        });
+        self.accumulate_body(x, Some(rows), None, buffer);
     }
 
     /// The statistics of the selected rows of `x` (all when `rows` is `None`) with `weights`
@@ -197,7 +178,7 @@ impl SufficientStats {
         weights: Option<&[f64]>,
         buffer: &mut Vec<f64>,
     ) {
-        let (n, d) = (rows.map_or(x.nrows(), <[usize]>::len), x.ncols());
+        let n = rows.map_or(x.nrows(), <[usize]>::len);
         debug_assert!(weights.is_none_or(|w| w.len() == n));
         let total: f64 = weights.map_or(n as f64, crate::numerics::sum);
         self.weight = total;
@@ -230,27 +211,19 @@ impl SufficientStats {
             ),
             ScatterKind::Diagonal => {
                 // Columns as contiguous slices (copied once when x is row-major or a subset of
-                // rows), so the loops vectorise.
+                // rows), so the sums vectorise.
                 let mut subset = Vec::new();
                 let x = match rows {
                     Some(rows) => crate::block::gather_rows(x, rows, &mut subset),
                     None => x,
                 };
-                let ones;
-                let weights = match weights {
-                    Some(w) => w,
-                    None => {
-                        ones = vec![1.0; n];
-                        &ones
-                    }
-                };
-                let mut scratch = Vec::new();
-                for j in 0..d {
-                    let col = crate::block::column(x, j, &mut scratch);
-                    let m = crate::numerics::dot(weights, col) / total;
-                    self.mean[j] = m;
-                    self.scatter[j] = crate::numerics::weighted_sum_sq(weights, col, m);
-                }
+                crate::moments::diagonal_moments(
+                    x,
+                    weights,
+                    total,
+                    &mut self.mean,
+                    &mut self.scatter,
+                );
             }
         }
     }
@@ -290,26 +263,6 @@ impl SufficientStats {
                 ScatterKind::Diagonal => self.scatter[i] / self.weight,
             })
             .collect())
-    }
-}
-
-/// [`SufficientStats::accumulate_rows`] as one [`pulp::WithSimd`] operation (compiled inside
-/// pulp's target-feature function for each instruction set).
-struct Accumulate<'a> {
-    stats: &'a mut SufficientStats,
-    x: MatRef<'a, f64>,
-    rows: Option<&'a [usize]>,
-    weights: Option<&'a [f64]>,
-    buffer: &'a mut Vec<f64>,
-}
-
-impl pulp::WithSimd for Accumulate<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
-        self.stats
-            .accumulate_body(self.x, self.rows, self.weights, self.buffer);
     }
 }
 
