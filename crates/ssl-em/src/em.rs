@@ -587,18 +587,75 @@ fn with_column<R>(mut m: MatMut<'_, f64>, c: usize, f: impl FnOnce(&mut [f64]) -
     out
 }
 
-/// Class-level posteriors from component-level log joints.
+/// Class-level posteriors from component-level log joints: each row's components normalised
+/// (vectorised, in parallel over fixed chunks, as an E-step) and summed per class.
 fn class_posteriors(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
-    let mut out = Mat::<f64>::zeros(lj.nrows(), n_classes);
-    let mut row = vec![0.0; lj.ncols()];
-    for i in 0..lj.nrows() {
-        for c in 0..lj.ncols() {
-            row[c] = lj[(i, c)];
+    let kc = lj.ncols();
+    let identity = kc == n_classes && component_class.iter().enumerate().all(|(c, k)| c == *k);
+    let (out, _) =
+        generative::parallel::build_by_row_chunks(lj.nrows(), n_classes, |chunk, mut out| {
+            let rows = lj.subrows(chunk * CHUNK_ROWS, out.nrows());
+            if identity {
+                out.copy_from(rows);
+                normalize_chunk(out, true, None);
+            } else {
+                let mut r = rows.to_owned();
+                normalize_chunk(r.as_mut(), true, None);
+                for (c, &k) in component_class.iter().enumerate() {
+                    for i in 0..r.nrows() {
+                        out[(i, k)] += r[(i, c)];
+                    }
+                }
+            }
+        });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference: each row's softmax with the standard library's `exp` (shifted by the row's
+    /// maximum), summed per class.
+    fn reference(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
+        let mut out = Mat::<f64>::zeros(lj.nrows(), n_classes);
+        for i in 0..lj.nrows() {
+            let row: Vec<f64> = (0..lj.ncols()).map(|c| lj[(i, c)]).collect();
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = row.iter().map(|v| (v - max).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for (c, &k) in component_class.iter().enumerate() {
+                out[(i, k)] += if max.is_finite() {
+                    e[c] / sum
+                } else {
+                    1.0 / row.len() as f64
+                };
+            }
         }
-        density::numerics::softmax_in_place(&mut row);
-        for (c, p) in row.iter().enumerate() {
-            out[(i, component_class[c])] += p;
+        out
+    }
+
+    #[test]
+    fn class_posteriors_sum_each_class_components_over_chunks() {
+        // More rows than a chunk, huge and all −∞ rows included.
+        let n = CHUNK_ROWS + 37;
+        let lj = Mat::from_fn(n, 5, |i, c| match i % 97 {
+            3 => f64::NEG_INFINITY,
+            5 => 1e300 * (c as f64 - 2.0),
+            _ => ((i * 31 + c * 7) % 23) as f64 * -0.9 - 700.0 * (i % 2) as f64,
+        });
+        for (classes, n_classes) in [(vec![0, 1, 2, 3, 4], 5), (vec![0, 0, 1, 2, 1], 3)] {
+            let got = class_posteriors(lj.as_ref(), &classes, n_classes);
+            let want = reference(lj.as_ref(), &classes, n_classes);
+            for i in 0..n {
+                let mut row_sum = 0.0;
+                for k in 0..n_classes {
+                    let (g, w) = (got[(i, k)], want[(i, k)]);
+                    assert!(g.is_finite() && (g - w).abs() <= 1e-14, "({i}, {k}): {g} vs {w}");
+                    row_sum += g;
+                }
+                assert!((row_sum - 1.0).abs() < 1e-14, "row {i} sums to {row_sum}");
+            }
         }
     }
-    out
 }
