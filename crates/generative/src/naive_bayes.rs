@@ -259,21 +259,42 @@ fn binarize_chunk(
     first_row: usize,
 ) -> Result<Mat<f64>> {
     let mut out = Mat::zeros(x.nrows(), x.ncols());
+    let mut scratch = Vec::new();
     for j in 0..x.ncols() {
-        for i in 0..x.nrows() {
-            let v = x[(i, j)];
-            out[(i, j)] = match threshold {
-                Some(t) => f64::from(u8::from(v > t)),
-                None if v == 0.0 || v == 1.0 => v,
-                None => {
-                    return Err(GenerativeError::InvalidInput {
-                        row: first_row + i,
-                        col: j,
-                        value: v,
-                        rule: "must be 0 or 1 when binarize is off",
-                    });
+        let col = column(x, j, &mut scratch);
+        let dst = out.col_as_slice_mut(j);
+        // Column by column over contiguous slices, compiled for the CPU's widest SIMD.
+        let all_binary = pulp::Arch::new().dispatch(
+            #[inline(always)]
+            || match threshold {
+                Some(t) => {
+                    for (o, v) in dst.iter_mut().zip(col) {
+                        *o = if *v > t { 1.0 } else { 0.0 };
+                    }
+                    true
                 }
-            };
+                None => {
+                    let mut all = true;
+                    for (o, v) in dst.iter_mut().zip(col) {
+                        all &= *v == 0.0 || *v == 1.0;
+                        *o = *v;
+                    }
+                    all
+                }
+            },
+        );
+        if !all_binary {
+            let (i, &value) = col
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !(**v == 0.0 || **v == 1.0))
+                .unwrap_or((0, &f64::NAN));
+            return Err(GenerativeError::InvalidInput {
+                row: first_row + i,
+                col: j,
+                value,
+                rule: "must be 0 or 1 when binarize is off",
+            });
         }
     }
     Ok(out)
@@ -394,8 +415,9 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         );
         for c in 0..k {
             let bias = self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>();
-            for i in 0..x.nrows() {
-                out[(i, c)] += bias;
+            match out.as_mut().col_mut(c).try_as_col_major_mut() {
+                Some(col) => col.as_slice_mut().iter_mut().for_each(|v| *v += bias),
+                None => (0..x.nrows()).for_each(|i| out[(i, c)] += bias),
             }
         }
     }
@@ -791,5 +813,42 @@ impl GenerativeClassifier for CategoricalNaiveBayes {
     }
     fn log_prior_penalty(&self) -> f64 {
         self.alpha * self.log_theta.iter().sum::<f64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binarize_chunk_thresholds_strictly_and_names_the_first_bad_cell_by_column() {
+        let x = Mat::from_fn(40, 4, |i, j| ((i * 7 + j * 3) % 5) as f64 * 0.25);
+        let xt = x.transpose().to_owned(); // the same values row-major
+        for view in [x.as_ref(), xt.as_ref().transpose()] {
+            let b = binarize_chunk(view, Some(0.5), 0).unwrap_or_else(|e| panic!("{e}"));
+            for i in 0..40 {
+                for j in 0..4 {
+                    assert_eq!(
+                        b[(i, j)],
+                        f64::from(u8::from(x[(i, j)] > 0.5)),
+                        "({i}, {j})"
+                    );
+                }
+            }
+        }
+        // Binary input is kept as it is; the first non-binary cell in column order is named.
+        let mut y = Mat::from_fn(40, 4, |i, j| ((i + j) % 2) as f64);
+        assert_eq!(binarize_chunk(y.as_ref(), None, 0).ok(), Some(y.clone()));
+        y[(5, 2)] = 0.5;
+        y[(1, 3)] = 2.0;
+        y[(9, 2)] = f64::NAN;
+        match binarize_chunk(y.as_ref(), None, 100) {
+            Err(GenerativeError::InvalidInput {
+                row, col, value, ..
+            }) => {
+                assert_eq!((row, col, value), (105, 2, 0.5));
+            }
+            other => panic!("expected an input error, got {other:?}"),
+        }
     }
 }

@@ -651,7 +651,10 @@ mod tests {
                 let mut row_sum = 0.0;
                 for k in 0..n_classes {
                     let (g, w) = (got[(i, k)], want[(i, k)]);
-                    assert!(g.is_finite() && (g - w).abs() <= 1e-14, "({i}, {k}): {g} vs {w}");
+                    assert!(
+                        g.is_finite() && (g - w).abs() <= 1e-14,
+                        "({i}, {k}): {g} vs {w}"
+                    );
                     row_sum += g;
                 }
                 assert!((row_sum - 1.0).abs() < 1e-14, "row {i} sums to {row_sum}");
