@@ -250,10 +250,24 @@ mod tests {
         for n in [3, 32, 77, 4096, 4133] {
             let (x, w) = data(n);
             for wo in [None, Some(w.as_slice())] {
-                let wide = pulp::Arch::new().dispatch(Sums(wo, &x));
                 let scalar = pulp::WithSimd::with_simd(Sums(wo, &x), pulp::Scalar::new());
-                assert_eq!(wide.0.to_bits(), scalar.0.to_bits(), "sum, n = {n}");
-                assert_eq!(wide.1.to_bits(), scalar.1.to_bits(), "squares, n = {n}");
+                let mut paths = vec![("widest", pulp::Arch::new().dispatch(Sums(wo, &x)))];
+                // AVX2 (four lanes, eight vector accumulators) where the CPU has it.
+                #[cfg(target_arch = "x86_64")]
+                if let Some(v3) = pulp::x86::V3::try_new() {
+                    paths.push((
+                        "avx2",
+                        v3.vectorize(|| pulp::WithSimd::with_simd(Sums(wo, &x), v3)),
+                    ));
+                }
+                for (path, got) in paths {
+                    assert_eq!(got.0.to_bits(), scalar.0.to_bits(), "{path} sum, n = {n}");
+                    assert_eq!(
+                        got.1.to_bits(),
+                        scalar.1.to_bits(),
+                        "{path} squares, n = {n}"
+                    );
+                }
             }
         }
     }
