@@ -1,7 +1,8 @@
 //! Copying rows of any layout into a column-major block, the input format of the SIMD kernels
-//! (`mahalanobis`, `scatter`), and the column and row-subset views the other passes read.
+//! (`mahalanobis`, `scatter`), and the column and row-subset views the other passes read and
+//! write.
 
-use faer::MatRef;
+use faer::{MatMut, MatRef};
 
 /// Column `j` of `x` as a slice: borrowed when contiguous (the usual column-major case), else
 /// copied into `scratch`.
@@ -15,6 +16,21 @@ pub fn column<'a>(x: MatRef<'a, f64>, j: usize, scratch: &'a mut Vec<f64>) -> &'
             scratch
         }
     }
+}
+
+/// Runs `f` on column `j` of `m` as a mutable slice: in place when contiguous, else copied out
+/// and back.
+#[inline(always)]
+pub fn with_column_mut<R>(mut m: MatMut<'_, f64>, j: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
+    if let Some(col) = m.as_mut().col_mut(j).try_as_col_major_mut() {
+        return f(col.as_slice_mut());
+    }
+    let mut tmp: Vec<f64> = m.as_ref().col(j).iter().copied().collect();
+    let out = f(&mut tmp);
+    for (dst, v) in m.col_mut(j).iter_mut().zip(&tmp) {
+        *dst = *v;
+    }
+    out
 }
 
 /// Copies the rows `rows` of `x` (any layout, in the given order) into `out` and returns them

@@ -233,7 +233,8 @@ mod tests {
         }
     }
 
-    /// The widest instruction set this machine has gives the scalar path's bits.
+    /// The widest instruction set this machine has, and AVX2 where present, give the scalar
+    /// path's bits.
     #[test]
     fn every_instruction_set_gives_the_same_bits() {
         struct Sums<'a>(Option<&'a [f64]>, &'a [f64]);

@@ -226,27 +226,6 @@ pub fn dot(a: &[f64], b: &[f64]) -> f64 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
-/// Σ_i w_i (x_i − m)², vectorised as [`dot`].
-#[inline(always)]
-pub fn weighted_sum_sq(w: &[f64], x: &[f64], m: f64) -> f64 {
-    let n = w.len().min(x.len());
-    let (w, x) = (&w[..n], &x[..n]);
-    let mut acc = [0.0f64; 8];
-    let (cw, cx) = (w.chunks_exact(8), x.chunks_exact(8));
-    let (rw, rx) = (cw.remainder(), cx.remainder());
-    for (a, b) in cw.zip(cx) {
-        for l in 0..8 {
-            let c = b[l] - m;
-            acc[l] += a[l] * c * c;
-        }
-    }
-    let mut tail = 0.0;
-    for (a, b) in rw.iter().zip(rx) {
-        tail += a * (b - m) * (b - m);
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
-}
-
 /// Complementary error function (Numerical Recipes' Chebyshev fit, relative error < 1.2e-7).
 pub fn erfc(x: f64) -> f64 {
     let z = x.abs();
@@ -372,19 +351,12 @@ mod tests {
     }
 
     #[test]
-    fn dot_and_weighted_sum_sq_match_naive_sums() {
+    fn dot_and_sum_match_naive_sums() {
         for n in [0, 1, 7, 8, 9, 100, 1001] {
             let a: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin()).collect();
             let b: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos() + 2.0).collect();
             let naive: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
             assert!((dot(&a, &b) - naive).abs() < 1e-12 * (1.0 + naive.abs()));
-            let w: Vec<f64> = a.iter().map(|v| v.abs()).collect();
-            let naive: f64 = w
-                .iter()
-                .zip(&b)
-                .map(|(w, x)| w * (x - 1.5) * (x - 1.5))
-                .sum();
-            assert!((weighted_sum_sq(&w, &b, 1.5) - naive).abs() < 1e-12 * (1.0 + naive));
             let naive: f64 = b.iter().sum();
             assert!((sum(&b) - naive).abs() < 1e-12 * (1.0 + naive.abs()));
         }

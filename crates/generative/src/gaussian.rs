@@ -29,7 +29,7 @@ use crate::model::{
 };
 use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label};
 use crate::{GenerativeError, Result};
-use density::block::{column, gather_rows};
+use density::block::{column, gather_rows, with_column_mut};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -569,22 +569,6 @@ impl GaussianClassifier {
     }
 }
 
-/// `out[i, c] = value(i)` for every row, through a contiguous slice when the column is one.
-fn write_column(mut out: MatMut<'_, f64>, c: usize, value: impl Fn(usize) -> f64) {
-    match out.as_mut().col_mut(c).try_as_col_major_mut() {
-        Some(col) => {
-            for (i, o) in col.as_slice_mut().iter_mut().enumerate() {
-                *o = value(i);
-            }
-        }
-        None => {
-            for i in 0..out.nrows() {
-                out[(i, c)] = value(i);
-            }
-        }
-    }
-}
-
 impl GenerativeClassifier for GaussianClassifier {
     fn n_classes(&self) -> usize {
         self.n_classes
@@ -695,7 +679,11 @@ impl GenerativeClassifier for GaussianClassifier {
                         d,
                     );
                     squared_mahalanobis(x, mu, l, &mut norms);
-                    write_column(out.as_mut(), c, |i| log_norm[c] - 0.5 * norms[i]);
+                    with_column_mut(out.as_mut(), c, |col| {
+                        for (o, q) in col.iter_mut().zip(&norms) {
+                            *o = log_norm[c] - 0.5 * q;
+                        }
+                    });
                 }
             }
             CovarianceStructure::Tied => {

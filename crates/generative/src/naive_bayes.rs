@@ -21,7 +21,7 @@ use crate::model::{
 };
 use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label};
 use crate::{GenerativeError, Result};
-use density::block::column;
+use density::block::{column, with_column_mut};
 
 fn check_alpha(alpha: f64) -> Result<()> {
     if !alpha.is_finite() || alpha < 0.0 {
@@ -415,10 +415,9 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         );
         for c in 0..k {
             let bias = self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>();
-            match out.as_mut().col_mut(c).try_as_col_major_mut() {
-                Some(col) => col.as_slice_mut().iter_mut().for_each(|v| *v += bias),
-                None => (0..x.nrows()).for_each(|i| out[(i, c)] += bias),
-            }
+            with_column_mut(out.as_mut(), c, |col| {
+                col.iter_mut().for_each(|v| *v += bias)
+            });
         }
     }
     fn log_prior_penalty(&self) -> f64 {

@@ -553,7 +553,7 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
             let acc: f64 = log_norm.iter().map(|v| v.max(-f64::MAX)).sum();
             let col_sums = (0..k)
                 .map(|c| {
-                    with_column(r.as_mut(), c, |col| {
+                    density::block::with_column_mut(r.as_mut(), c, |col| {
                         col.iter_mut().for_each(|v| *v *= scale);
                         density::numerics::sum(col)
                     })
@@ -573,25 +573,12 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
     (total, sums)
 }
 
-/// Runs `f` on column `c` of `m` as a contiguous slice (copied out and back in the unusual case
-/// that it is strided).
-fn with_column<R>(mut m: MatMut<'_, f64>, c: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
-    if let Some(col) = m.as_mut().col_mut(c).try_as_col_major_mut() {
-        return f(col.as_slice_mut());
-    }
-    let mut tmp: Vec<f64> = m.as_ref().col(c).iter().copied().collect();
-    let out = f(&mut tmp);
-    for (dst, v) in m.col_mut(c).iter_mut().zip(&tmp) {
-        *dst = *v;
-    }
-    out
-}
-
 /// Class-level posteriors from component-level log joints: each row's components normalised
 /// (vectorised, in parallel over fixed chunks, as an E-step) and summed per class.
 fn class_posteriors(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
-    let kc = lj.ncols();
-    let identity = kc == n_classes && component_class.iter().enumerate().all(|(c, k)| c == *k);
+    // One component per class means the components are the classes, in class order (as in
+    // `ComponentMixture`).
+    let identity = lj.ncols() == n_classes;
     let (out, _) =
         generative::parallel::build_by_row_chunks(lj.nrows(), n_classes, |chunk, mut out| {
             let rows = lj.subrows(chunk * CHUNK_ROWS, out.nrows());
