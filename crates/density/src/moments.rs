@@ -1,4 +1,5 @@
-//! Weighted first and second moments of one column: the diagonal-covariance M-step.
+//! Weighted first and second moments of one column (the diagonal-covariance M-step), and a
+//! column's sums per group of rows (a labeled fit's class sums).
 //!
 //! A diagonal model's sufficient statistics are, per class and feature, Σ wᵢ xᵢ and
 //! Σ wᵢ (xᵢ − m)². Each is a long sum over a cache-resident column, so its speed is set by how
@@ -8,7 +9,7 @@
 //! separately (no fused multiply-add), so every instruction set gives the same bits, and the
 //! result never depends on the thread count.
 
-use faer::MatRef;
+use faer::{MatMut, MatRef};
 use pulp::Simd;
 
 /// Each column's weighted mean Σ wᵢ xᵢ / `total` into `mean` and Σ wᵢ (xᵢ − meanⱼ)² into
@@ -166,18 +167,166 @@ fn finish<const SQUARE: bool>(
     whole: usize,
     n: usize,
 ) -> f64 {
-    let mut half = PARTIAL_SUMS / 2;
+    let mut tail = 0.0;
+    for i in whole..n {
+        tail += term::<SQUARE>(w.map(|w| w[i]), x[i], m);
+    }
+    fold_pairwise(&mut partial) + tail
+}
+
+/// Sums `P` (a power of two) partial sums pairwise in a fixed tree: P/2 + P/2, then P/4 + P/4,
+/// ... (the partial sums are overwritten).
+#[inline(always)]
+fn fold_pairwise<const P: usize>(partial: &mut [f64; P]) -> f64 {
+    let mut half = P / 2;
     while half > 0 {
         for l in 0..half {
             partial[l] += partial[l + half];
         }
         half /= 2;
     }
-    let mut tail = 0.0;
-    for i in whole..n {
-        tail += term::<SQUARE>(w.map(|w| w[i]), x[i], m);
+    partial[0]
+}
+
+/// Partial sums per group and column in [`grouped_sums`].
+const GROUP_PARTIAL_SUMS: usize = 16;
+
+/// For every column j of `x` and group g < `sums.nrows()`, adds to `sums[(g, j)]` the sum of
+/// the column's values over the rows i with `groups[i] == g` (rows of any other group are
+/// skipped; `groups` has one entry per row of `x`), with the CPU's widest SIMD. Returns whether
+/// any value of `x` is below zero (−∞ included; NaN is not, but it makes its group's sum NaN).
+///
+/// This is a labeled fit's one-hot weighted sum without the one-hot matrix. Each column is read
+/// once per four groups (AVX-512) while it is in cache, and each group's lanes are picked by a
+/// mask built once for all columns, so the additions keep pace with reading memory. Row i goes
+/// to partial sum i mod 16 of its group (2 AVX-512, 4 AVX2 or 16 scalar accumulators), combined
+/// in one fixed tree and followed by the rows after the last whole 16, in order: every
+/// instruction set gives the same bits.
+pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>) -> bool {
+    struct Grouped<'a> {
+        x: MatRef<'a, f64>,
+        groups: &'a [usize],
+        sums: MatMut<'a, f64>,
     }
-    partial[0] + tail
+    impl pulp::WithSimd for Grouped<'_> {
+        type Output = bool;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, simd: S) -> bool {
+            match S::F64_LANES {
+                8 => grouped_with::<S, 2>(simd, self.x, self.groups, self.sums),
+                4 => grouped_with::<S, 4>(simd, self.x, self.groups, self.sums),
+                2 => grouped_with::<S, 8>(simd, self.x, self.groups, self.sums),
+                _ => grouped_with::<pulp::Scalar, 16>(
+                    pulp::Scalar::new(),
+                    self.x,
+                    self.groups,
+                    self.sums,
+                ),
+            }
+        }
+    }
+    pulp::Arch::new().dispatch(Grouped { x, groups, sums })
+}
+
+/// [`grouped_sums`] with `A` vectors of `S::F64_LANES` lanes per group holding its 16 partial
+/// sums (vector a, lane l: partial sum a · lanes + l).
+#[inline(always)]
+fn grouped_with<S: Simd, const A: usize>(
+    simd: S,
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    mut sums: MatMut<'_, f64>,
+) -> bool {
+    debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
+    debug_assert_eq!(groups.len(), x.nrows());
+    let n = x.nrows().min(groups.len());
+    let k = sums.nrows();
+    let whole = n - n % GROUP_PARTIAL_SUMS;
+    // One mask per group and vector of rows, group-major: the lanes of that vector in the group.
+    let ids: Vec<u64> = groups[..whole].iter().map(|&g| g as u64).collect();
+    let (id_vectors, _) = S::as_simd_u64s(&ids);
+    let vectors = id_vectors.len();
+    let mut masks = Vec::with_capacity(k * vectors);
+    for g in 0..k {
+        let gv = simd.splat_u64s(g as u64);
+        masks.extend(id_vectors.iter().map(|&v| simd.equal_u64s(v, gv)));
+    }
+    // Groups per pass over a column: at most 16 vector accumulators live at once (of 32
+    // AVX-512 registers), 8 with 16 registers.
+    let per_pass = if A == 2 { 8 } else { (8 / A).max(1) };
+    let mut scratch = Vec::new();
+    let mut tree = vec![0.0; k];
+    let mut rest = vec![0.0; k];
+    let mut negative = false;
+    for j in 0..x.ncols() {
+        let col = crate::block::column(x, j, &mut scratch);
+        let (xv, _) = S::as_simd_f64s(&col[..whole]);
+        let mut first = 0;
+        while first < k {
+            let count = (k - first).min(per_pass);
+            let masks = &masks[first * vectors..(first + count) * vectors];
+            let mut out = [0.0; 8];
+            negative |= match count {
+                1 => group_pass::<S, A, 1>(simd, xv, masks, &mut out),
+                2 => group_pass::<S, A, 2>(simd, xv, masks, &mut out),
+                3 => group_pass::<S, A, 3>(simd, xv, masks, &mut out),
+                4 => group_pass::<S, A, 4>(simd, xv, masks, &mut out),
+                5 => group_pass::<S, A, 5>(simd, xv, masks, &mut out),
+                6 => group_pass::<S, A, 6>(simd, xv, masks, &mut out),
+                7 => group_pass::<S, A, 7>(simd, xv, masks, &mut out),
+                _ => group_pass::<S, A, 8>(simd, xv, masks, &mut out),
+            };
+            for (g, v) in out[..count].iter().enumerate() {
+                tree[first + g] = *v;
+            }
+            first += count;
+        }
+        // The rows after the last whole 16, in order, after the tree.
+        rest.fill(0.0);
+        for (&v, &g) in col[whole..n].iter().zip(&groups[whole..n]) {
+            negative |= v < 0.0;
+            if let Some(r) = rest.get_mut(g) {
+                *r += v;
+            }
+        }
+        for g in 0..k {
+            sums[(g, j)] += tree[g] + rest[g];
+        }
+    }
+    negative
+}
+
+/// One pass over a column's whole vectors for `G` groups (`masks`: G runs of one mask per
+/// vector): each group's tree-combined sum into `out[..G]`. Returns whether a value is below 0.
+#[inline(always)]
+fn group_pass<S: Simd, const A: usize, const G: usize>(
+    simd: S,
+    xv: &[S::f64s],
+    masks: &[S::m64s],
+    out: &mut [f64; 8],
+) -> bool {
+    let zero = simd.splat_f64s(0.0);
+    let vectors = xv.len();
+    let by_group: [&[S::m64s]; G] = std::array::from_fn(|g| &masks[g * vectors..][..vectors]);
+    let mut acc = [[zero; A]; G];
+    let mut negative = simd.less_than_f64s(zero, zero);
+    for (b, xb) in xv.chunks_exact(A).enumerate() {
+        let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
+        for a in 0..A {
+            let v = xb[a];
+            negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
+            for g in 0..G {
+                acc[g][a] = simd.add_f64s(acc[g][a], simd.select_f64s(mb[g][a], v, zero));
+            }
+        }
+    }
+    for g in 0..G {
+        let mut partial = [0.0f64; GROUP_PARTIAL_SUMS];
+        let (pv, _) = S::as_mut_simd_f64s(&mut partial);
+        pv[..A].copy_from_slice(&acc[g]);
+        out[g] = fold_pairwise(&mut partial);
+    }
+    simd.first_true_m64s(negative) < S::F64_LANES
 }
 
 #[cfg(test)]
@@ -268,6 +417,144 @@ mod tests {
                         scalar.1.to_bits(),
                         "{path} squares, n = {n}"
                     );
+                }
+            }
+        }
+    }
+
+    /// Groups for `n` rows among `k` (plus every 13th row in group `k`, which is skipped).
+    fn group_ids(n: usize, k: usize) -> Vec<usize> {
+        (0..n)
+            .map(|i| if i % 13 == 5 { k } else { (i * 7 + i / 3) % k })
+            .collect()
+    }
+
+    #[test]
+    fn grouped_sums_match_a_compensated_reference_per_group() {
+        for n in [0, 1, 5, 15, 16, 17, 33, 100, 4099] {
+            let (x, w) = data(n);
+            // Two columns: the values and the weights (a different pattern).
+            let m = faer::Mat::from_fn(n, 2, |i, j| if j == 0 { x[i] } else { w[i] });
+            for k in [1, 2, 3, 5, 8, 9, 10] {
+                let groups = group_ids(n, k);
+                let mut sums = faer::Mat::from_fn(k, 2, |g, j| (g + 3 * j) as f64);
+                let negative = grouped_sums(m.as_ref(), &groups, sums.as_mut());
+                assert_eq!(negative, x.iter().any(|v| *v < 0.0), "n = {n}, k = {k}");
+                for j in 0..2 {
+                    for g in 0..k {
+                        let picked: Vec<f64> = (0..n)
+                            .filter(|&i| groups[i] == g)
+                            .map(|i| m[(i, j)])
+                            .collect();
+                        let want = reference(None, &picked, 0.0, false) + (g + 3 * j) as f64;
+                        let got = sums[(g, j)];
+                        let tol = 1e-13 * (1.0 + want.abs());
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "n = {n}, k = {k}, group {g}, column {j}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_sums_flag_negatives_and_carry_nan_and_infinity() {
+        // Rows 0..16 are a whole vector block, rows 16.. the tail.
+        for row in [3, 18] {
+            for (bad, negative) in [
+                (-0.0, false),
+                (-1e-300, true),
+                (f64::NEG_INFINITY, true),
+                (f64::NAN, false),
+                (f64::INFINITY, false),
+            ] {
+                let mut m = faer::Mat::from_fn(20, 1, |i, _| i as f64);
+                m[(row, 0)] = bad;
+                let groups: Vec<usize> = (0..20).map(|i| i % 2).collect();
+                let mut sums = faer::Mat::zeros(2, 1);
+                let got = grouped_sums(m.as_ref(), &groups, sums.as_mut());
+                assert_eq!(got, negative, "{bad} at row {row}");
+                let own = sums[(row % 2, 0)];
+                if bad.is_finite() {
+                    assert!(own.is_finite(), "{bad} at row {row}: {own}");
+                } else {
+                    assert!(!own.is_finite(), "{bad} at row {row}: {own}");
+                }
+                // The other group never sees the bad value.
+                assert!(sums[(1 - row % 2, 0)].is_finite(), "{bad} at row {row}");
+            }
+        }
+    }
+
+    /// The widest instruction set, AVX2 where present and the scalar path give the same bits,
+    /// for column-major and row-major blocks.
+    #[test]
+    fn grouped_sums_give_the_same_bits_on_every_instruction_set() {
+        struct Grouped<'a>(faer::MatRef<'a, f64>, &'a [usize], usize);
+        impl pulp::WithSimd for Grouped<'_> {
+            type Output = (faer::Mat<f64>, bool);
+            #[inline(always)]
+            fn with_simd<S: Simd>(self, simd: S) -> (faer::Mat<f64>, bool) {
+                let mut sums = faer::Mat::zeros(self.2, self.0.ncols());
+                let negative = match S::F64_LANES {
+                    8 => grouped_with::<S, 2>(simd, self.0, self.1, sums.as_mut()),
+                    4 => grouped_with::<S, 4>(simd, self.0, self.1, sums.as_mut()),
+                    _ => grouped_with::<pulp::Scalar, 16>(
+                        pulp::Scalar::new(),
+                        self.0,
+                        self.1,
+                        sums.as_mut(),
+                    ),
+                };
+                (sums, negative)
+            }
+        }
+        for n in [3, 77, 4096, 4133] {
+            let (x, w) = data(n);
+            let col_major = faer::Mat::from_fn(n, 3, |i, j| match j {
+                0 => x[i],
+                1 => w[i],
+                _ => x[i] * w[i],
+            });
+            let row_major = col_major.transpose().to_owned();
+            for k in [2, 3, 10] {
+                let groups = group_ids(n, k);
+                let scalar = pulp::WithSimd::with_simd(
+                    Grouped(col_major.as_ref(), &groups, k),
+                    pulp::Scalar::new(),
+                );
+                let mut paths = vec![
+                    (
+                        "widest",
+                        pulp::Arch::new().dispatch(Grouped(col_major.as_ref(), &groups, k)),
+                    ),
+                    (
+                        "widest, row-major",
+                        pulp::Arch::new().dispatch(Grouped(row_major.transpose(), &groups, k)),
+                    ),
+                ];
+                #[cfg(target_arch = "x86_64")]
+                if let Some(v3) = pulp::x86::V3::try_new() {
+                    paths.push((
+                        "avx2",
+                        v3.vectorize(|| {
+                            pulp::WithSimd::with_simd(Grouped(col_major.as_ref(), &groups, k), v3)
+                        }),
+                    ));
+                }
+                for (path, got) in paths {
+                    assert_eq!(got.1, scalar.1, "{path}, n = {n}, k = {k}");
+                    for j in 0..3 {
+                        for g in 0..k {
+                            assert_eq!(
+                                got.0[(g, j)].to_bits(),
+                                scalar.0[(g, j)].to_bits(),
+                                "{path}, n = {n}, k = {k}, group {g}, column {j}"
+                            );
+                        }
+                    }
                 }
             }
         }

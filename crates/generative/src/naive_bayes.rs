@@ -19,7 +19,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label};
+use crate::parallel::{check_chunk, check_sets, map_chunks, map_chunks_by_label};
 use crate::{GenerativeError, Result};
 use density::block::{column, with_column_mut};
 
@@ -42,25 +42,6 @@ struct CountStats {
     counts: Mat<f64>,
 }
 
-/// From this many columns on, labeled counts group rows by class first.
-const GROUP_MIN_COLUMNS: usize = 8;
-
-/// Σ of `col[i]` over `rows`, in four interleaved accumulators combined pairwise.
-#[inline(always)]
-fn gathered_sum(col: &[f64], rows: &[usize]) -> f64 {
-    let mut acc = [0.0f64; 4];
-    let tail = rows.len() / 4 * 4;
-    for r4 in rows.chunks_exact(4) {
-        for u in 0..4 {
-            acc[u] += col[r4[u]];
-        }
-    }
-    for &r in &rows[tail..] {
-        acc[0] += col[r];
-    }
-    (acc[0] + acc[2]) + (acc[1] + acc[3])
-}
-
 impl CountStats {
     fn zeros(k: usize, d: usize) -> Self {
         Self {
@@ -81,61 +62,16 @@ impl CountStats {
             Par::Seq,
         );
     }
-    /// As `add_chunk` with one-hot responsibilities: each row adds to its own class only.
-    /// With `check_counts`, each column is also scanned for values that are not counts (negative
-    /// or non-finite) while it is in cache: one pass over the chunk instead of a check pass and a
-    /// counting pass. Returns whether any was found, so the caller can name the first one.
-    fn add_labeled_chunk(
-        &mut self,
-        x: MatRef<'_, f64>,
-        labels: &[usize],
-        check_counts: bool,
-    ) -> bool {
+    /// As `add_chunk` with one-hot responsibilities: each row adds to its own class only, in
+    /// one SIMD pass per column (`density::moments::grouped_sums`). Returns whether a value may
+    /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
+    /// so a multinomial fit can check this chunk exactly and name the first bad value.
+    fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) -> bool {
         for &l in labels {
             self.class_weights[l] += 1.0;
         }
-        // With many columns, rows are grouped by class once per chunk, and each class's values
-        // are summed through its row indices (loads only). With few columns the grouping costs
-        // more than it saves, and each value is added to its class's accumulator directly. Both
-        // use four interleaved accumulators per class, combined in a fixed order.
-        let k = self.class_weights.len();
-        let groups = (x.ncols() >= GROUP_MIN_COLUMNS).then(|| LabelGroups::new(labels, k));
-        let mut acc = vec![0.0; 4 * k];
-        let mut scratch = Vec::new();
-        let mut found = false;
-        for j in 0..x.ncols() {
-            let col = column(x, j, &mut scratch);
-            if check_counts {
-                found |= pulp::Arch::new().dispatch(
-                    #[inline(always)]
-                    || col.iter().fold(false, |a, v| a | not_a_count(*v)),
-                );
-            }
-            let mut counts = self.counts.col_mut(j);
-            match &groups {
-                Some(groups) => {
-                    for c in 0..k {
-                        counts[c] += gathered_sum(col, groups.rows(c));
-                    }
-                }
-                None => {
-                    acc.fill(0.0);
-                    let tail = col.len() / 4 * 4;
-                    for (v4, l4) in col.chunks_exact(4).zip(labels.chunks_exact(4)) {
-                        for u in 0..4 {
-                            acc[u * k + l4[u]] += v4[u];
-                        }
-                    }
-                    for (&v, &l) in col[tail..].iter().zip(&labels[tail..]) {
-                        acc[l] += v;
-                    }
-                    for c in 0..k {
-                        counts[c] += (acc[c] + acc[k + c]) + (acc[2 * k + c] + acc[3 * k + c]);
-                    }
-                }
-            }
-        }
-        found
+        let negative = density::moments::grouped_sums(x, labels, self.counts.as_mut());
+        negative || !self.counts.is_all_finite()
     }
     fn merge(&mut self, other: &Self) {
         for (a, b) in self.class_weights.iter_mut().zip(&other.class_weights) {
@@ -160,7 +96,7 @@ impl CountStats {
         let parts = map_chunks_by_label(sets, |chunk| {
             let mut st = CountStats::zeros(k, d);
             if let (Some(labels), true) = (chunk.labels, check_counts) {
-                if st.add_labeled_chunk(chunk.x, labels, true) {
+                if st.add_labeled_chunk(chunk.x, labels) {
                     check_non_negative(chunk.x, chunk.first_row)?;
                 }
                 return Ok(st);
@@ -173,7 +109,7 @@ impl CountStats {
             let x = prepared.as_ref().map_or(chunk.x, |xb| xb.as_ref());
             match chunk.labels {
                 Some(labels) => {
-                    st.add_labeled_chunk(x, labels, false);
+                    st.add_labeled_chunk(x, labels);
                 }
                 None => st.add_chunk(x, chunk.resp),
             }

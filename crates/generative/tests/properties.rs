@@ -593,9 +593,9 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
         a.log_joint(counts.as_ref()).unwrap(),
         b.log_joint(counts.as_ref()).unwrap(),
     );
-    // With many columns the labeled counts take another path (rows grouped by class, values
-    // summed through the row indices); it must agree too, and its fused check of the counts
-    // must name the first bad value of the whole input.
+    // Wider counts, in several chunks: the labeled sums (one SIMD pass per column, the count
+    // check fused into it) must agree too, and the check must name the first bad value of the
+    // whole input: negative, NaN or +∞.
     let (x_wide, _) = gaussian_data(10_000, 12, 3, 22);
     let wide = Mat::from_fn(10_000, 12, |i, j| x_wide[(i, j)].abs().round());
     let a = mnb.fit(wide.as_ref(), &y, 3).unwrap();
@@ -621,6 +621,16 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
         Err(GenerativeError::NonFiniteInput {
             row: 9_000,
             col: 3,
+            ..
+        })
+    ));
+    bad_counts[(9_000, 3)] = 1.0;
+    bad_counts[(9_500, 7)] = f64::INFINITY;
+    assert!(matches!(
+        mnb.fit(bad_counts.as_ref(), &y, 3),
+        Err(GenerativeError::NonFiniteInput {
+            row: 9_500,
+            col: 7,
             ..
         })
     ));
