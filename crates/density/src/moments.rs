@@ -203,40 +203,69 @@ const GROUP_PARTIAL_SUMS: usize = 16;
 /// in one fixed tree and followed by the rows after the last whole 16, in order: every
 /// instruction set gives the same bits.
 pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>) -> bool {
-    struct Grouped<'a> {
-        x: MatRef<'a, f64>,
-        groups: &'a [usize],
-        sums: MatMut<'a, f64>,
-    }
-    impl pulp::WithSimd for Grouped<'_> {
-        type Output = bool;
-        #[inline(always)]
-        fn with_simd<S: Simd>(self, simd: S) -> bool {
-            match S::F64_LANES {
-                8 => grouped_with::<S, 2>(simd, self.x, self.groups, self.sums),
-                4 => grouped_with::<S, 4>(simd, self.x, self.groups, self.sums),
-                2 => grouped_with::<S, 8>(simd, self.x, self.groups, self.sums),
-                _ => grouped_with::<pulp::Scalar, 16>(
-                    pulp::Scalar::new(),
-                    self.x,
-                    self.groups,
-                    self.sums,
-                ),
-            }
-        }
-    }
-    pulp::Arch::new().dispatch(Grouped { x, groups, sums })
+    pulp::Arch::new().dispatch(Grouped {
+        x,
+        groups,
+        centers: None,
+        sums,
+    })
 }
 
-/// [`grouped_sums`] with `A` vectors of `S::F64_LANES` lanes per group holding its 16 partial
-/// sums (vector a, lane l: partial sum a · lanes + l).
-#[inline(always)]
-fn grouped_with<S: Simd, const A: usize>(
-    simd: S,
+/// As [`grouped_sums`], of the squared deviations from each group's centre: adds to
+/// `sums[(g, j)]` the sum of (x_ij − `centers[(g, j)]`)² over the rows of group g, each square
+/// taken as (x − c) · (x − c) (no fused multiply-add): the diagonal scatter of a labeled fit.
+pub fn grouped_sums_sq(
     x: MatRef<'_, f64>,
     groups: &[usize],
-    mut sums: MatMut<'_, f64>,
-) -> bool {
+    centers: MatRef<'_, f64>,
+    sums: MatMut<'_, f64>,
+) {
+    debug_assert_eq!(centers.nrows(), sums.nrows());
+    debug_assert_eq!(centers.ncols(), x.ncols());
+    pulp::Arch::new().dispatch(Grouped {
+        x,
+        groups,
+        centers: Some(centers),
+        sums,
+    });
+}
+
+/// The arguments of [`grouped_sums`] (no centres) and [`grouped_sums_sq`].
+struct Grouped<'a> {
+    x: MatRef<'a, f64>,
+    groups: &'a [usize],
+    centers: Option<MatRef<'a, f64>>,
+    sums: MatMut<'a, f64>,
+}
+
+impl pulp::WithSimd for Grouped<'_> {
+    type Output = bool;
+    #[inline(always)]
+    fn with_simd<S: Simd>(self, simd: S) -> bool {
+        match (S::F64_LANES, self.centers.is_some()) {
+            (8, false) => grouped_with::<S, 2, false>(simd, self),
+            (8, true) => grouped_with::<S, 2, true>(simd, self),
+            (4, false) => grouped_with::<S, 4, false>(simd, self),
+            (4, true) => grouped_with::<S, 4, true>(simd, self),
+            (2, false) => grouped_with::<S, 8, false>(simd, self),
+            (2, true) => grouped_with::<S, 8, true>(simd, self),
+            (_, false) => grouped_with::<pulp::Scalar, 16, false>(pulp::Scalar::new(), self),
+            (_, true) => grouped_with::<pulp::Scalar, 16, true>(pulp::Scalar::new(), self),
+        }
+    }
+}
+
+/// [`grouped_sums`] (or, with `SQUARE`, [`grouped_sums_sq`]) with `A` vectors of
+/// `S::F64_LANES` lanes per group holding its 16 partial sums (vector a, lane l: partial sum
+/// a · lanes + l).
+#[inline(always)]
+fn grouped_with<S: Simd, const A: usize, const SQUARE: bool>(simd: S, args: Grouped<'_>) -> bool {
+    let Grouped {
+        x,
+        groups,
+        centers,
+        mut sums,
+    } = args;
     debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
     debug_assert_eq!(groups.len(), x.nrows());
     let n = x.nrows().min(groups.len());
@@ -257,36 +286,42 @@ fn grouped_with<S: Simd, const A: usize>(
     let mut scratch = Vec::new();
     let mut tree = vec![0.0; k];
     let mut rest = vec![0.0; k];
+    let mut column_centers = vec![0.0; k];
     let mut negative = false;
     for j in 0..x.ncols() {
         let col = crate::block::column(x, j, &mut scratch);
+        if let Some(c) = centers {
+            for (g, cg) in column_centers.iter_mut().enumerate() {
+                *cg = c[(g, j)];
+            }
+        }
         let (xv, _) = S::as_simd_f64s(&col[..whole]);
         let mut first = 0;
         while first < k {
             let count = (k - first).min(per_pass);
             let masks = &masks[first * vectors..(first + count) * vectors];
+            let mut c = [0.0; 8];
+            c[..count].copy_from_slice(&column_centers[first..first + count]);
             let mut out = [0.0; 8];
             negative |= match count {
-                1 => group_pass::<S, A, 1>(simd, xv, masks, &mut out),
-                2 => group_pass::<S, A, 2>(simd, xv, masks, &mut out),
-                3 => group_pass::<S, A, 3>(simd, xv, masks, &mut out),
-                4 => group_pass::<S, A, 4>(simd, xv, masks, &mut out),
-                5 => group_pass::<S, A, 5>(simd, xv, masks, &mut out),
-                6 => group_pass::<S, A, 6>(simd, xv, masks, &mut out),
-                7 => group_pass::<S, A, 7>(simd, xv, masks, &mut out),
-                _ => group_pass::<S, A, 8>(simd, xv, masks, &mut out),
+                1 => group_pass::<S, A, 1, SQUARE>(simd, xv, masks, &c, &mut out),
+                2 => group_pass::<S, A, 2, SQUARE>(simd, xv, masks, &c, &mut out),
+                3 => group_pass::<S, A, 3, SQUARE>(simd, xv, masks, &c, &mut out),
+                4 => group_pass::<S, A, 4, SQUARE>(simd, xv, masks, &c, &mut out),
+                5 => group_pass::<S, A, 5, SQUARE>(simd, xv, masks, &c, &mut out),
+                6 => group_pass::<S, A, 6, SQUARE>(simd, xv, masks, &c, &mut out),
+                7 => group_pass::<S, A, 7, SQUARE>(simd, xv, masks, &c, &mut out),
+                _ => group_pass::<S, A, 8, SQUARE>(simd, xv, masks, &c, &mut out),
             };
-            for (g, v) in out[..count].iter().enumerate() {
-                tree[first + g] = *v;
-            }
+            tree[first..first + count].copy_from_slice(&out[..count]);
             first += count;
         }
         // The rows after the last whole 16, in order, after the tree.
         rest.fill(0.0);
         for (&v, &g) in col[whole..n].iter().zip(&groups[whole..n]) {
             negative |= v < 0.0;
-            if let Some(r) = rest.get_mut(g) {
-                *r += v;
+            if let (Some(r), Some(&c)) = (rest.get_mut(g), column_centers.get(g)) {
+                *r += if SQUARE { (v - c) * (v - c) } else { v };
             }
         }
         for g in 0..k {
@@ -297,17 +332,20 @@ fn grouped_with<S: Simd, const A: usize>(
 }
 
 /// One pass over a column's whole vectors for `G` groups (`masks`: G runs of one mask per
-/// vector): each group's tree-combined sum into `out[..G]`. Returns whether a value is below 0.
+/// vector; `centers[..G]`: their centres, used with `SQUARE`): each group's tree-combined sum
+/// into `out[..G]`. Returns whether a value is below 0.
 #[inline(always)]
-fn group_pass<S: Simd, const A: usize, const G: usize>(
+fn group_pass<S: Simd, const A: usize, const G: usize, const SQUARE: bool>(
     simd: S,
     xv: &[S::f64s],
     masks: &[S::m64s],
+    centers: &[f64; 8],
     out: &mut [f64; 8],
 ) -> bool {
     let zero = simd.splat_f64s(0.0);
     let vectors = xv.len();
     let by_group: [&[S::m64s]; G] = std::array::from_fn(|g| &masks[g * vectors..][..vectors]);
+    let cv: [S::f64s; G] = std::array::from_fn(|g| simd.splat_f64s(centers[g]));
     let mut acc = [[zero; A]; G];
     let mut negative = simd.less_than_f64s(zero, zero);
     for (b, xb) in xv.chunks_exact(A).enumerate() {
@@ -316,7 +354,13 @@ fn group_pass<S: Simd, const A: usize, const G: usize>(
             let v = xb[a];
             negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
             for g in 0..G {
-                acc[g][a] = simd.add_f64s(acc[g][a], simd.select_f64s(mb[g][a], v, zero));
+                let t = if SQUARE {
+                    let delta = simd.sub_f64s(v, cv[g]);
+                    simd.mul_f64s(delta, delta)
+                } else {
+                    v
+                };
+                acc[g][a] = simd.add_f64s(acc[g][a], simd.select_f64s(mb[g][a], t, zero));
             }
         }
     }
@@ -440,19 +484,35 @@ mod tests {
                 let mut sums = faer::Mat::from_fn(k, 2, |g, j| (g + 3 * j) as f64);
                 let negative = grouped_sums(m.as_ref(), &groups, sums.as_mut());
                 assert_eq!(negative, x.iter().any(|v| *v < 0.0), "n = {n}, k = {k}");
+                let centers = faer::Mat::from_fn(k, 2, |g, j| 0.5 * g as f64 + j as f64 - 1.0);
+                let mut squares = faer::Mat::from_fn(k, 2, |g, j| (g + 3 * j) as f64);
+                grouped_sums_sq(m.as_ref(), &groups, centers.as_ref(), squares.as_mut());
                 for j in 0..2 {
                     for g in 0..k {
                         let picked: Vec<f64> = (0..n)
                             .filter(|&i| groups[i] == g)
                             .map(|i| m[(i, j)])
                             .collect();
-                        let want = reference(None, &picked, 0.0, false) + (g + 3 * j) as f64;
-                        let got = sums[(g, j)];
-                        let tol = 1e-13 * (1.0 + want.abs());
-                        assert!(
-                            (got - want).abs() <= tol,
-                            "n = {n}, k = {k}, group {g}, column {j}: {got} vs {want}"
-                        );
+                        let base = (g + 3 * j) as f64;
+                        let c = centers[(g, j)];
+                        for (what, got, want) in [
+                            (
+                                "sum",
+                                sums[(g, j)],
+                                reference(None, &picked, 0.0, false) + base,
+                            ),
+                            (
+                                "squares",
+                                squares[(g, j)],
+                                reference(None, &picked, c, true) + base,
+                            ),
+                        ] {
+                            let tol = 1e-13 * (1.0 + want.abs());
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{what}, n = {n}, k = {k}, group {g}, column {j}: {got} vs {want}"
+                            );
+                        }
                     }
                 }
             }
@@ -489,27 +549,28 @@ mod tests {
     }
 
     /// The widest instruction set, AVX2 where present and the scalar path give the same bits,
-    /// for column-major and row-major blocks.
+    /// for column-major and row-major blocks, with and without centres.
     #[test]
     fn grouped_sums_give_the_same_bits_on_every_instruction_set() {
-        struct Grouped<'a>(faer::MatRef<'a, f64>, &'a [usize], usize);
-        impl pulp::WithSimd for Grouped<'_> {
-            type Output = (faer::Mat<f64>, bool);
-            #[inline(always)]
-            fn with_simd<S: Simd>(self, simd: S) -> (faer::Mat<f64>, bool) {
-                let mut sums = faer::Mat::zeros(self.2, self.0.ncols());
-                let negative = match S::F64_LANES {
-                    8 => grouped_with::<S, 2>(simd, self.0, self.1, sums.as_mut()),
-                    4 => grouped_with::<S, 4>(simd, self.0, self.1, sums.as_mut()),
-                    _ => grouped_with::<pulp::Scalar, 16>(
-                        pulp::Scalar::new(),
-                        self.0,
-                        self.1,
-                        sums.as_mut(),
-                    ),
-                };
-                (sums, negative)
-            }
+        /// Sums (or, with centres, squares) on one path, for `k` groups.
+        fn on<F>(
+            x: faer::MatRef<'_, f64>,
+            groups: &[usize],
+            centers: Option<faer::MatRef<'_, f64>>,
+            k: usize,
+            run: F,
+        ) -> (faer::Mat<f64>, bool)
+        where
+            F: FnOnce(Grouped<'_>) -> bool,
+        {
+            let mut sums = faer::Mat::zeros(k, x.ncols());
+            let negative = run(Grouped {
+                x,
+                groups,
+                centers,
+                sums: sums.as_mut(),
+            });
+            (sums, negative)
         }
         for n in [3, 77, 4096, 4133] {
             let (x, w) = data(n);
@@ -521,38 +582,45 @@ mod tests {
             let row_major = col_major.transpose().to_owned();
             for k in [2, 3, 10] {
                 let groups = group_ids(n, k);
-                let scalar = pulp::WithSimd::with_simd(
-                    Grouped(col_major.as_ref(), &groups, k),
-                    pulp::Scalar::new(),
-                );
-                let mut paths = vec![
-                    (
-                        "widest",
-                        pulp::Arch::new().dispatch(Grouped(col_major.as_ref(), &groups, k)),
-                    ),
-                    (
-                        "widest, row-major",
-                        pulp::Arch::new().dispatch(Grouped(row_major.transpose(), &groups, k)),
-                    ),
-                ];
-                #[cfg(target_arch = "x86_64")]
-                if let Some(v3) = pulp::x86::V3::try_new() {
-                    paths.push((
-                        "avx2",
-                        v3.vectorize(|| {
-                            pulp::WithSimd::with_simd(Grouped(col_major.as_ref(), &groups, k), v3)
-                        }),
-                    ));
-                }
-                for (path, got) in paths {
-                    assert_eq!(got.1, scalar.1, "{path}, n = {n}, k = {k}");
-                    for j in 0..3 {
-                        for g in 0..k {
-                            assert_eq!(
-                                got.0[(g, j)].to_bits(),
-                                scalar.0[(g, j)].to_bits(),
-                                "{path}, n = {n}, k = {k}, group {g}, column {j}"
-                            );
+                let centers = faer::Mat::from_fn(k, 3, |g, j| 0.1 * g as f64 - 0.3 * j as f64);
+                for c in [None, Some(centers.as_ref())] {
+                    let scalar = on(col_major.as_ref(), &groups, c, k, |a| {
+                        pulp::WithSimd::with_simd(a, pulp::Scalar::new())
+                    });
+                    let mut paths = vec![
+                        (
+                            "widest",
+                            on(col_major.as_ref(), &groups, c, k, |a| {
+                                pulp::Arch::new().dispatch(a)
+                            }),
+                        ),
+                        (
+                            "widest, row-major",
+                            on(row_major.transpose(), &groups, c, k, |a| {
+                                pulp::Arch::new().dispatch(a)
+                            }),
+                        ),
+                    ];
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(v3) = pulp::x86::V3::try_new() {
+                        paths.push((
+                            "avx2",
+                            on(col_major.as_ref(), &groups, c, k, |a| {
+                                v3.vectorize(|| pulp::WithSimd::with_simd(a, v3))
+                            }),
+                        ));
+                    }
+                    for (path, got) in paths {
+                        let what = format!("{path}, n = {n}, k = {k}, centres {}", c.is_some());
+                        assert_eq!(got.1, scalar.1, "{what}");
+                        for j in 0..3 {
+                            for g in 0..k {
+                                assert_eq!(
+                                    got.0[(g, j)].to_bits(),
+                                    scalar.0[(g, j)].to_bits(),
+                                    "{what}, group {g}, column {j}"
+                                );
+                            }
                         }
                     }
                 }

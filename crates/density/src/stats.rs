@@ -58,6 +58,22 @@ impl SufficientStats {
         }
     }
 
+    /// Diagonal statistics from their parts: the total weight, the mean and Σ w (x − mean)² per
+    /// feature (as [`crate::moments::grouped_sums`] and [`crate::moments::grouped_sums_sq`]
+    /// give them for a class). Zero weight (an empty class) keeps a zero mean and scatter.
+    pub fn diagonal_from_parts(weight: f64, mean: Vec<f64>, scatter: Vec<f64>) -> Self {
+        debug_assert_eq!(mean.len(), scatter.len());
+        if weight <= 0.0 {
+            return Self::new(mean.len(), ScatterKind::Diagonal);
+        }
+        Self {
+            kind: ScatterKind::Diagonal,
+            weight,
+            mean,
+            scatter,
+        }
+    }
+
     /// Number of features d.
     pub fn n_features(&self) -> usize {
         self.mean.len()

@@ -202,6 +202,32 @@ impl LinearDiscriminant {
 /// at K = 2, the copy at K = 10).
 const IN_PLACE_MAX_CLASSES: usize = 2;
 
+/// The diagonal statistics of each class's rows of `x` (`labels[i] < k`, weight one each).
+fn diagonal_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<SufficientStats> {
+    let d = x.ncols();
+    let mut counts = vec![0usize; k];
+    for &l in labels {
+        counts[l] += 1;
+    }
+    let mut sums = Mat::zeros(k, d);
+    density::moments::grouped_sums(x, labels, sums.as_mut());
+    let means = Mat::from_fn(k, d, |c, j| match counts[c] {
+        0 => 0.0,
+        n => sums[(c, j)] / n as f64,
+    });
+    let mut scatter = Mat::zeros(k, d);
+    density::moments::grouped_sums_sq(x, labels, means.as_ref(), scatter.as_mut());
+    (0..k)
+        .map(|c| {
+            SufficientStats::diagonal_from_parts(
+                counts[c] as f64,
+                means.row(c).iter().copied().collect(),
+                scatter.row(c).iter().copied().collect(),
+            )
+        })
+        .collect()
+}
+
 impl WeightedFit for Checked<GaussianParams> {
     type Model = GaussianClassifier;
 
@@ -215,6 +241,14 @@ impl WeightedFit for Checked<GaussianParams> {
             let mut w_buf = Vec::new();
             let mut out = Vec::with_capacity(k);
             match chunk.labels {
+                // Diagonal statistics of labeled rows with few classes: each class's sums,
+                // then its squared deviations, in two SIMD passes over each column (the chunk
+                // stays in cache), with no grouping and no copy. With more classes each pass
+                // costs K masked operations per value, and the copy in class order below wins
+                // (d = 16 and 64: 1.2-1.3x faster at K = 2, 1.4-1.8x slower at K = 10).
+                Some(labels) if kind == ScatterKind::Diagonal && k <= IN_PLACE_MAX_CLASSES => {
+                    out = diagonal_class_stats(chunk.x, labels, k);
+                }
                 // Labeled rows: one grouping pass, then each class's rows alone (weight one)
                 // instead of K passes over one-hot columns that are mostly zero.
                 Some(labels) => {

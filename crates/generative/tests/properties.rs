@@ -570,8 +570,9 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
             b.log_joint(x.as_ref()).unwrap(),
         );
     }
-    // Two classes take the path that reads each class's rows in place (more classes copy the
-    // chunk in class order first).
+    // Two classes take the path that reads each class's rows in place (diagonal structures:
+    // masked SIMD sums per class, `density::moments::grouped_sums`); more classes copy the
+    // chunk in class order first.
     let y2: Vec<usize> = y.iter().map(|&l| l.min(1)).collect();
     let r2 = one_hot(&y2, 2).unwrap();
     for s in structures() {
