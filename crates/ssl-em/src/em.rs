@@ -198,6 +198,8 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             offsets[k + 1] = offsets[k] + components[k];
         }
         let class_range = |k: usize| offsets[k]..offsets[k + 1];
+        // One component per class: the labeled rows' responsibilities are their labels.
+        let one_hot_labels = (kc == n_classes).then_some(y_l);
         let mut resp_l = Mat::<f64>::zeros(x_l.nrows(), kc);
         let mut resp_u = Mat::<f64>::zeros(x_u.nrows(), kc);
         // Buffers reused by every E-step.
@@ -298,7 +300,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             // M-step: one weighted closed-form fit over both sets.
             match self
                 .spec
-                .fit_sets(&both_sets(x_l, &resp_l, x_u, &resp_u, true))
+                .fit_sets(&both_sets(x_l, &resp_l, one_hot_labels, x_u, &resp_u, true))
             {
                 Ok(next) => {
                     model = ComponentMixture::new(next, component_class.clone(), n_classes)?;
@@ -402,7 +404,8 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                 resp_u[(i, best)] = lambda;
             }
         }
-        let sets = both_sets(x_l, resp_l, x_u, resp_u, false);
+        // Some class has several components here: the labeled rows are split among them.
+        let sets = both_sets(x_l, resp_l, None, x_u, resp_u, false);
         Ok(ComponentMixture::new(
             self.spec.fit_sets(&sets)?,
             component_class.to_vec(),
@@ -421,19 +424,24 @@ fn component_classes(components: &[usize]) -> Vec<usize> {
 }
 
 /// The labeled and unlabeled rows with their responsibilities, as the two sets of one M-step.
-/// `prechecked`: the rows already passed an E-step with checks, and the responsibilities are
-/// the E-step's own (finite, ≥ 0), so the M-step need not scan them again.
+/// `labels`: the labeled rows' classes when each class is one component; their
+/// responsibilities are then the labels one-hot, and the set goes to the model as labels, so it
+/// takes the same path (and gives the same bits) as the supervised fit. `prechecked`: the rows
+/// already passed an E-step with checks, and the responsibilities are the E-step's own (finite,
+/// ≥ 0), so the M-step need not scan them again.
 fn both_sets<'a>(
     x_l: MatRef<'a, f64>,
     resp_l: &'a Mat<f64>,
+    labels: Option<&'a [usize]>,
     x_u: MatRef<'a, f64>,
     resp_u: &'a Mat<f64>,
     prechecked: bool,
 ) -> [WeightedRows<'a>; 2] {
-    let mut sets = [
-        WeightedRows::weighted(x_l, resp_l.as_ref()),
-        WeightedRows::weighted(x_u, resp_u.as_ref()),
-    ];
+    let labeled = match labels {
+        Some(y) => WeightedRows::labeled(x_l, y, resp_l.ncols()),
+        None => WeightedRows::weighted(x_l, resp_l.as_ref()),
+    };
+    let mut sets = [labeled, WeightedRows::weighted(x_u, resp_u.as_ref())];
     for s in &mut sets {
         s.prechecked = prechecked;
     }
