@@ -245,7 +245,7 @@ impl WeightedFit for Checked<GaussianParams> {
                 // then its squared deviations, in two SIMD passes over each column (the chunk
                 // stays in cache), with no grouping and no copy. With more classes each pass
                 // costs K masked operations per value, and the copy in class order below wins
-                // (d = 16 and 64: 1.2-1.3x faster at K = 2, 1.4-1.8x slower at K = 10).
+                // (d = 16 and 64: 1.2-2x faster at K = 2, 1.4-1.8x slower at K = 10).
                 Some(labels) if kind == ScatterKind::Diagonal && k <= IN_PLACE_MAX_CLASSES => {
                     out = diagonal_class_stats(chunk.x, labels, k);
                 }
