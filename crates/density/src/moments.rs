@@ -319,8 +319,9 @@ fn grouped_with<S: Simd, const A: usize, const SQUARE: bool>(simd: S, args: Grou
         // The rows after the last whole 16, in order, after the tree.
         rest.fill(0.0);
         for (&v, &g) in col[whole..n].iter().zip(&groups[whole..n]) {
-            negative |= v < 0.0;
-            if let (Some(r), Some(&c)) = (rest.get_mut(g), column_centers.get(g)) {
+            negative |= !SQUARE && v < 0.0;
+            if let Some(r) = rest.get_mut(g) {
+                let c = column_centers[g];
                 *r += if SQUARE { (v - c) * (v - c) } else { v };
             }
         }
@@ -333,7 +334,7 @@ fn grouped_with<S: Simd, const A: usize, const SQUARE: bool>(simd: S, args: Grou
 
 /// One pass over a column's whole vectors for `G` groups (`masks`: G runs of one mask per
 /// vector; `centers[..G]`: their centres, used with `SQUARE`): each group's tree-combined sum
-/// into `out[..G]`. Returns whether a value is below 0.
+/// into `out[..G]`. Returns whether a value is below 0 (sums only; false with `SQUARE`).
 #[inline(always)]
 fn group_pass<S: Simd, const A: usize, const G: usize, const SQUARE: bool>(
     simd: S,
@@ -352,7 +353,9 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const SQUARE: bool>(
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
         for a in 0..A {
             let v = xb[a];
-            negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
+            if !SQUARE {
+                negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
+            }
             for g in 0..G {
                 let t = if SQUARE {
                     let delta = simd.sub_f64s(v, cv[g]);
