@@ -618,7 +618,7 @@ fn read_row<'p>(
     for (c, column) in layout.columns.iter().enumerate() {
         match *column {
             Column::Feature(j) => {
-                let (v, n) = fast_float2::parse_partial::<f64, _>(&piece[p..]).ok()?;
+                let (v, n) = crate::number::parse_partial(&piece[p..])?;
                 if !v.is_finite() {
                     return None;
                 }

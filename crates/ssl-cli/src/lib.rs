@@ -11,6 +11,7 @@ pub mod error;
 mod fit;
 mod inspect;
 pub mod model_file;
+mod number;
 pub mod plot;
 pub mod svg;
 
