@@ -13,6 +13,7 @@ use std::io::Read;
 use faer::MatRef;
 
 use crate::error::{CliError, Result};
+use crate::number::{NumberReader, ReadsNumbers};
 
 /// Rows of one kind (labeled or unlabeled) with the file lines they came from.
 #[derive(Debug, Default, Clone)]
@@ -561,6 +562,39 @@ fn parse_piece(
     l: &mut Rows,
     u: &mut Rows,
 ) -> Result<Piece> {
+    struct Job<'j, 'p> {
+        piece: &'p [u8],
+        first_line: u64,
+        layout: &'j Layout<'j>,
+        sides: (&'j mut Rows, &'j mut Rows),
+    }
+    impl ReadsNumbers for Job<'_, '_> {
+        type Output = Result<Piece>;
+        #[inline(always)]
+        fn run<N: NumberReader>(self, numbers: N) -> Result<Piece> {
+            let (l, u) = self.sides;
+            parse_piece_with(numbers, self.piece, self.first_line, self.layout, l, u)
+        }
+    }
+    crate::number::with_fastest_reader(Job {
+        piece,
+        first_line,
+        layout,
+        sides: (l, u),
+    })
+}
+
+/// [`parse_piece`] with a given number reader (inlined into the reader's dispatch, so that it is
+/// compiled for the reader's instructions).
+#[inline(always)]
+fn parse_piece_with<N: NumberReader>(
+    numbers: N,
+    piece: &[u8],
+    first_line: u64,
+    layout: &Layout<'_>,
+    l: &mut Rows,
+    u: &mut Rows,
+) -> Result<Piece> {
     let d = layout.feature_idx.len();
     // No room is reserved up front: the buffers keep their capacity from block to block, and
     // reserving a whole piece's rows on both sides raised the peak memory of a load by 15 MB.
@@ -575,7 +609,7 @@ fn parse_piece(
     let mut pos = 0;
     while pos < piece.len() {
         let start = pos;
-        match read_row(piece, &mut pos, layout, &mut row) {
+        match read_row(numbers, piece, &mut pos, layout, &mut row) {
             Some(Ok(label)) => layout.store(label, &row, line, l, u),
             Some(Err(())) => return Ok(Piece::Quoted),
             None => {
@@ -605,8 +639,9 @@ fn parse_piece(
 /// cell starts, separators right after them): the features go into `row`, `*pos` moves past the
 /// line's end, and the label cell (trimmed) is returned. `None`: read the row the general way
 /// (`*pos` is then meaningless). `Some(Err(()))`: a quote character was met.
-#[inline]
-fn read_row<'p>(
+#[inline(always)]
+fn read_row<'p, N: NumberReader>(
+    numbers: N,
     piece: &'p [u8],
     pos: &mut usize,
     layout: &Layout<'_>,
@@ -618,7 +653,7 @@ fn read_row<'p>(
     for (c, column) in layout.columns.iter().enumerate() {
         match *column {
             Column::Feature(j) => {
-                let (v, n) = crate::number::parse_partial(&piece[p..])?;
+                let (v, n) = numbers.read(&piece[p..])?;
                 if !v.is_finite() {
                     return None;
                 }
