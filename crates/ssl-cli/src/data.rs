@@ -278,8 +278,8 @@ impl Layout<'_> {
         unlabeled: &mut Rows,
     ) {
         // Compare the label with the marker before allocating: most rows may be unlabeled.
-        // The lengths first: with the default empty marker, slice equality would call `memcmp`
-        // on zero bytes for nearly every row (3% of a load's time).
+        // The lengths first: with the default empty marker, slice equality called `memcmp` on
+        // zero bytes for nearly every row (2.7% of a large load's CPU samples).
         let marker = self.marker.as_bytes();
         let is_unlabeled =
             label.is_some_and(|r| r.len() == marker.len() && (r.is_empty() || r == marker));
