@@ -1,9 +1,11 @@
 //! Reading CSV files into feature matrices.
 //!
 //! Rows are parsed in one streaming pass straight into row-major buffers (one for labeled rows,
-//! one for unlabeled), which faer views without copying (`MatRef::from_row_major_slice`). The
-//! input is read in fixed blocks that are split at newlines and parsed in parallel, the pieces
-//! appended in file order (while the next block is parsed). A row is read in one pass when it
+//! one for unlabeled), which faer views without copying (`MatRef::from_row_major_slice`). A
+//! regular file is read through a memory map (no copy out of the page cache), anything else
+//! (standard input, pipes) by a reader thread; either way the input goes in fixed blocks that
+//! are split at newlines and parsed in parallel, the pieces appended in file order (while the
+//! next block is parsed). A row is read in one pass when it
 //! has the plain shape (a number right at each feature cell's start, the separator right after
 //! it) and split at commas otherwise; quoted input falls back to the `csv` crate, with line
 //! numbers counted by us. Every error names the file, the line and the column.
@@ -16,7 +18,7 @@ use crate::error::{CliError, Result};
 use crate::number::{NumberReader, ReadsNumbers};
 
 /// Rows of one kind (labeled or unlabeled) with the file lines they came from.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 pub struct Rows {
     /// Row-major n × d.
     pub values: Vec<f64>,
@@ -44,7 +46,7 @@ impl Rows {
 }
 
 /// A parsed data file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Dataset {
     /// File name as given (`-` is standard input), for messages.
     pub source: String,
@@ -69,14 +71,6 @@ pub struct ReadOptions<'a> {
     pub require_label: bool,
 }
 
-fn open(path: &str) -> Result<Box<dyn Read + Send>> {
-    if path == "-" {
-        return Ok(Box::new(std::io::stdin()));
-    }
-    let f = std::fs::File::open(path).map_err(|e| CliError::io(path, e))?;
-    Ok(Box::new(std::io::BufReader::with_capacity(1 << 20, f)))
-}
-
 /// Parses one cell as a finite number, or explains why not.
 fn parse_cell(bytes: &[u8], source: &str, line: u64, column: &str) -> Result<f64> {
     let t = bytes.trim_ascii();
@@ -99,10 +93,48 @@ fn parse_cell(bytes: &[u8], source: &str, line: u64, column: &str) -> Result<f64
     }
 }
 
-/// Reads a CSV file with a header row.
+/// Reads a CSV file with a header row (`-` is standard input). A regular file is read through a
+/// memory map, anything else as a stream.
 pub fn read_csv(path: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
-    let reader = open(path)?;
-    read_csv_from(reader, path, options)
+    if path == "-" {
+        return read_csv_from(std::io::stdin(), path, options);
+    }
+    let file = std::fs::File::open(path).map_err(|e| CliError::io(path, e))?;
+    if let Some(map) = crate::mapped::MappedFile::open(&file) {
+        return read_csv_parts(map.bytes(), path, options, |end| map.done_before(end));
+    }
+    read_csv_from(
+        std::io::BufReader::with_capacity(1 << 20, file),
+        path,
+        options,
+    )
+}
+
+/// Reads CSV held in memory (`source` names it in messages).
+pub fn read_csv_bytes(bytes: &[u8], source: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
+    read_csv_parts(bytes, source, options, |_| {})
+}
+
+/// [`read_csv_bytes`], calling `done(end)` as the bytes before `end` have been read.
+fn read_csv_parts(
+    bytes: &[u8],
+    source: &str,
+    options: &ReadOptions<'_>,
+    mut done: impl FnMut(usize),
+) -> Result<Dataset> {
+    let first = &bytes[..bytes.len().min(BLOCK_BYTES)];
+    read_csv_with(
+        first,
+        source,
+        options,
+        |body, line, layout, labeled, unlabeled| {
+            let offset = first.len() - body.len();
+            let rest = &bytes[offset..];
+            read_body_bytes(rest, line, layout, labeled, unlabeled, |end| {
+                done(offset + end)
+            })
+        },
+    )
 }
 
 /// Reads CSV from any reader (`source` names it in messages).
@@ -114,10 +146,29 @@ pub fn read_csv_from(
     let mut reader = reader;
     let mut block = Vec::with_capacity(BLOCK_BYTES);
     fill_block(&mut reader, &mut block, BLOCK_BYTES).map_err(|e| CliError::io(source, e))?;
+    read_csv_with(
+        &block,
+        source,
+        options,
+        |body, line, layout, labeled, unlabeled| {
+            read_body(&mut reader, body, line, layout, labeled, unlabeled)
+        },
+    )
+}
+
+/// Reads the header from `first` (the input's first bytes, at most a block), then has `body`
+/// read the records: it is given the bytes of `first` after the header, the line they start
+/// at, the columns and the two row buffers to fill.
+fn read_csv_with(
+    first: &[u8],
+    source: &str,
+    options: &ReadOptions<'_>,
+    body: impl FnOnce(&[u8], u64, &Layout<'_>, &mut Rows, &mut Rows) -> Result<()>,
+) -> Result<Dataset> {
     let mut rdr = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(false)
-        .from_reader(block.as_slice());
+        .from_reader(first);
     let header = rdr
         .byte_headers()
         .map_err(|e| csv_error(source, e, None))?
@@ -209,11 +260,9 @@ pub fn read_csv_from(
             })
             .collect(),
     };
-    read_body(
-        &mut reader,
-        block,
-        header_end,
-        header_lines,
+    body(
+        &first[header_end..],
+        header_lines + 1,
         &layout,
         &mut labeled,
         &mut unlabeled,
@@ -300,17 +349,14 @@ fn fill_block(reader: &mut impl Read, block: &mut Vec<u8>, want: usize) -> std::
     Ok(())
 }
 
-/// Parses the records after the header. A reader thread fills blocks of whole lines (the
-/// partial last line of each read is carried to the start of the next block) while this thread
-/// parses the previous ones in parallel pieces; parsed blocks go back to the reader to be
-/// refilled, so their memory is touched once. Blocks without quote characters take the fast
-/// path (split at newlines and commas); from the first quote on, the `csv` crate parses the rest
-/// sequentially, so quoted fields are always read correctly.
+/// Parses the records after the header from a stream. A reader thread fills blocks of whole
+/// lines (the partial last line of each read is carried to the start of the next block) while
+/// this thread parses the previous ones ([`parse_blocks`]); parsed blocks go back to the reader
+/// to be refilled, so their memory is touched once. `first` is the input already read.
 fn read_body(
     reader: &mut (impl Read + Send),
-    first: Vec<u8>,
-    start: usize,
-    header_lines: u64,
+    first: &[u8],
+    first_line: u64,
     layout: &Layout<'_>,
     labeled: &mut Rows,
     unlabeled: &mut Rows,
@@ -318,8 +364,7 @@ fn read_body(
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
         let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        let mut carry = first[start..].to_vec();
-        drop(first);
+        let mut carry = first.to_vec();
         scope.spawn(move || {
             loop {
                 let mut block = recycle_rx
@@ -349,54 +394,140 @@ fn read_body(
                 }
             }
         });
-        let mut line = header_lines + 1; // line number of the next block's first byte
-        // Two sets of piece buffers: while one block is parsed into one, the rows of the block
-        // before are appended from the other (a serial copy that would otherwise leave a core
-        // idle).
-        let (mut parsing, mut parsed) = (Vec::new(), Vec::new());
-        let mut pending: Option<(Vec<u64>, usize)> = None; // piece first lines, block bytes
-        let mut reserved = false;
-        let mut append = |pieces: &mut Vec<(Rows, Rows)>, pending: Option<(Vec<u64>, usize)>| {
-            if let Some((starts, bytes)) = pending {
-                append_pieces(pieces, &starts, labeled, unlabeled);
-                if !reserved {
-                    reserved = true;
-                    reserve_for_input(layout, bytes, labeled, unlabeled);
-                }
-            }
-        };
-        while let Ok(block) = rx.recv() {
-            let block = block.map_err(|e| CliError::io(layout.source, e))?;
-            let (result, ()) = rayon::join(
-                || parse_block(&block, line, layout, &mut parsing),
-                || append(&mut parsed, pending.take()),
-            );
-            let Some((starts, next)) = result? else {
+        parse_blocks(
+            || {
+                rx.recv()
+                    .ok()
+                    .map(|block| block.map_err(|e| CliError::io(layout.source, e)))
+            },
+            |block| {
+                let _ = recycle_tx.send(block);
+            },
+            |block, line, labeled, unlabeled| {
                 let rest = std::io::Cursor::new(block).chain(ChannelReader {
-                    rx,
+                    rx: &rx,
                     block: Vec::new(),
                     pos: 0,
                 });
-                return read_body_slow(rest, line, layout, labeled, unlabeled);
-            };
-            line = next;
-            pending = Some((starts, block.len()));
-            std::mem::swap(&mut parsing, &mut parsed);
-            let _ = recycle_tx.send(block);
-        }
-        append(&mut parsed, pending.take());
-        Ok(())
+                read_body_slow(rest, line, layout, labeled, unlabeled)
+            },
+            first_line,
+            input_len_hint(layout.source),
+            layout,
+            labeled,
+            unlabeled,
+        )
     })
 }
 
+/// Parses the records after the header from memory (`data` starts at the first record), in
+/// blocks of whole lines ([`parse_blocks`]), calling `done(end)` after each block with the
+/// offset of its end.
+fn read_body_bytes(
+    data: &[u8],
+    first_line: u64,
+    layout: &Layout<'_>,
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+    mut done: impl FnMut(usize),
+) -> Result<()> {
+    let pos = std::cell::Cell::new(0);
+    parse_blocks(
+        || {
+            let start = pos.get();
+            (start < data.len()).then(|| {
+                let end = block_end(data, start);
+                pos.set(end);
+                Ok(&data[start..end])
+            })
+        },
+        |_| done(pos.get()),
+        |block, line, labeled, unlabeled| {
+            let rest = block.chain(&data[pos.get()..]);
+            read_body_slow(rest, line, layout, labeled, unlabeled)
+        },
+        first_line,
+        Some(data.len() as u64),
+        layout,
+        labeled,
+        unlabeled,
+    )
+}
+
+/// Where the block of `data` starting at `start` ends: after the last newline within
+/// [`BLOCK_BYTES`], or after the first one past them when a line is longer than that.
+fn block_end(data: &[u8], start: usize) -> usize {
+    let limit = start + BLOCK_BYTES;
+    if limit >= data.len() {
+        return data.len();
+    }
+    match memchr::memrchr(b'\n', &data[start..limit]) {
+        Some(p) => start + p + 1,
+        None => memchr::memchr(b'\n', &data[limit..]).map_or(data.len(), |p| limit + p + 1),
+    }
+}
+
+/// Parses blocks of whole lines, as `next` gives them, into `labeled` and `unlabeled` in
+/// file order. Each block is split into pieces parsed in parallel ([`parse_block`]) while the
+/// rows of the block before are appended; a parsed block is handed to `done`. Blocks without
+/// quote characters take this fast path; from the first block with a quote, `slow` reads that
+/// block and the rest of the input (given the block and its first line), so that quoted fields
+/// are always read correctly. `input_len` (bytes, when known) sizes the row buffers once.
+#[allow(clippy::too_many_arguments)]
+fn parse_blocks<B: AsRef<[u8]> + Sync>(
+    mut next: impl FnMut() -> Option<Result<B>>,
+    mut done: impl FnMut(B),
+    slow: impl FnOnce(B, u64, &mut Rows, &mut Rows) -> Result<()>,
+    first_line: u64,
+    input_len: Option<u64>,
+    layout: &Layout<'_>,
+    labeled: &mut Rows,
+    unlabeled: &mut Rows,
+) -> Result<()> {
+    let mut line = first_line; // line number of the next block's first byte
+    // Two sets of piece buffers: while one block is parsed into one, the rows of the block
+    // before are appended from the other (a serial copy that would otherwise leave a core
+    // idle).
+    let (mut parsing, mut parsed) = (Vec::new(), Vec::new());
+    let mut pending: Option<(Vec<u64>, usize)> = None; // piece first lines, block bytes
+    let mut reserved = false;
+    let mut append = |pieces: &mut Vec<(Rows, Rows)>, pending: Option<(Vec<u64>, usize)>| {
+        if let Some((starts, bytes)) = pending {
+            append_pieces(pieces, &starts, labeled, unlabeled);
+            if !reserved {
+                reserved = true;
+                if let Some(total) = input_len {
+                    reserve_for_input(layout, total, bytes, labeled, unlabeled);
+                }
+            }
+        }
+    };
+    while let Some(block) = next() {
+        let block = block?;
+        let (result, ()) = rayon::join(
+            || parse_block(block.as_ref(), line, layout, &mut parsing),
+            || append(&mut parsed, pending.take()),
+        );
+        let Some((starts, next_line)) = result? else {
+            return slow(block, line, labeled, unlabeled);
+        };
+        line = next_line;
+        pending = Some((starts, block.as_ref().len()));
+        std::mem::swap(&mut parsing, &mut parsed);
+        done(block);
+    }
+    append(&mut parsed, pending.take());
+    Ok(())
+}
+
 /// Reads the blocks still coming from the reader thread (for the `csv` fallback).
-struct ChannelReader {
-    rx: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+struct ChannelReader<'a> {
+    rx: &'a std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
     block: Vec<u8>,
     pos: usize,
 }
 
-impl Read for ChannelReader {
+impl Read for ChannelReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.pos == self.block.len() {
             match self.rx.recv() {
@@ -418,13 +549,11 @@ impl Read for ChannelReader {
 /// do not double (and transiently need three times the data) while growing.
 fn reserve_for_input(
     layout: &Layout<'_>,
+    total: u64,
     bytes_seen: usize,
     labeled: &mut Rows,
     unlabeled: &mut Rows,
 ) {
-    let Some(total) = input_len_hint(layout.source) else {
-        return;
-    };
     let rows_seen = (labeled.len() + unlabeled.len()).max(1) as f64;
     let est_rows = (total as f64 / bytes_seen.max(1) as f64 * rows_seen * 1.02) as usize;
     let d = layout.feature_idx.len();
@@ -842,10 +971,22 @@ fn default_permissions(tmp: &tempfile::NamedTempFile) -> std::io::Result<std::fs
 mod tests {
     use super::*;
 
+    /// Reads `text` both as a stream and from memory (as a mapped file is read), and requires
+    /// the same rows or the same error from both.
+    fn read_both(text: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
+        let streamed = read_csv_from(text.as_bytes(), "t.csv", options);
+        let in_memory = read_csv_bytes(text.as_bytes(), "t.csv", options);
+        match (&streamed, &in_memory) {
+            (Ok(a), Ok(b)) => assert!(a == b, "streamed and in-memory reads differ"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            _ => panic!("streamed: {streamed:?}\nin memory: {in_memory:?}"),
+        }
+        streamed
+    }
+
     fn read(text: &str, label: Option<&str>) -> Result<Dataset> {
-        read_csv_from(
-            text.as_bytes(),
-            "t.csv",
+        read_both(
+            text,
             &ReadOptions {
                 label,
                 features: None,
@@ -946,9 +1087,8 @@ mod tests {
     }
 
     fn read_features(text: &str, features: &[String]) -> Result<Dataset> {
-        read_csv_from(
-            text.as_bytes(),
-            "t.csv",
+        read_both(
+            text,
             &ReadOptions {
                 label: Some("y"),
                 features: Some(features),
@@ -1067,5 +1207,34 @@ mod tests {
         assert!(e.contains("no label column 'y'"), "{e}");
         let e = read("", Some("y")).unwrap_err().to_string();
         assert!(e.contains("missing header"), "{e}");
+    }
+
+    #[test]
+    fn files_are_read_through_a_map_as_streams_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ReadOptions {
+            label: Some("y"),
+            features: None,
+            unlabeled_marker: "",
+            require_label: true,
+        };
+        // Several blocks, a file without a final newline, and an empty file (which is not
+        // mapped: it is read as a stream and has no header).
+        let mut two_blocks = big(900_000);
+        two_blocks.pop();
+        for text in [two_blocks.as_str(), "a,b,y\n1,2,x\n3,4,", ""] {
+            let path = dir.path().join("t.csv");
+            std::fs::write(&path, text).unwrap();
+            let path = path.to_str().unwrap();
+            let from_file = read_csv(path, &options);
+            let streamed = read_csv_from(text.as_bytes(), path, &options);
+            match (&from_file, &streamed) {
+                (Ok(a), Ok(b)) => assert!(a == b, "file and stream reads differ"),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                _ => panic!("file: {from_file:?}\nstream: {streamed:?}"),
+            }
+        }
+        let small = read_csv(dir.path().join("t.csv").to_str().unwrap(), &options);
+        assert!(small.unwrap_err().to_string().contains("missing header"));
     }
 }

@@ -10,6 +10,7 @@ mod demo;
 pub mod error;
 mod fit;
 mod inspect;
+mod mapped;
 pub mod model_file;
 mod number;
 pub mod plot;
