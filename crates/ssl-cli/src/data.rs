@@ -15,7 +15,7 @@ use std::io::Read;
 use faer::MatRef;
 
 use crate::error::{CliError, Result};
-use crate::number::{NumberReader, ReadsNumbers};
+use crate::number::{NumberReader, ReadsNumbers, RowSlots};
 
 /// Rows of one kind (labeled or unlabeled) with the file lines they came from.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -737,12 +737,13 @@ fn parse_piece_with<N: NumberReader>(
         side.labels.clear();
     }
     let mut row = vec![0.0; d];
+    let mut slots = RowSlots::new(d);
     let mut cells: Vec<&[u8]> = Vec::with_capacity(layout.columns.len());
     let mut line = first_line;
     let mut pos = 0;
     while pos < piece.len() {
         let start = pos;
-        match read_row(numbers, piece, &mut pos, layout, &mut row) {
+        match read_row(numbers, piece, &mut pos, layout, &mut slots, &mut row) {
             Some(Ok(label)) => layout.store(label, &row, line, l, u),
             Some(Err(())) => return Ok(Piece::Quoted),
             None => {
@@ -769,15 +770,17 @@ fn parse_piece_with<N: NumberReader>(
 }
 
 /// Reads the row starting at `*pos` in one pass, if it has the plain shape (numbers right at the
-/// cell starts, separators right after them): the features go into `row`, `*pos` moves past the
-/// line's end, and the label cell (trimmed) is returned. `None`: read the row the general way
-/// (`*pos` is then meaningless). `Some(Err(()))`: a quote character was met.
+/// cell starts, separators right after them): the features go into `row` (through `slots`, so
+/// that the reader finishes the row's numbers together), `*pos` moves past the line's end, and
+/// the label cell (trimmed) is returned. `None`: read the row the general way (`*pos` is then
+/// meaningless). `Some(Err(()))`: a quote character was met.
 #[inline(always)]
 fn read_row<'p, N: NumberReader>(
     numbers: N,
     piece: &'p [u8],
     pos: &mut usize,
     layout: &Layout<'_>,
+    slots: &mut RowSlots,
     row: &mut [f64],
 ) -> Option<std::result::Result<Option<&'p [u8]>, ()>> {
     let mut p = *pos;
@@ -785,14 +788,7 @@ fn read_row<'p, N: NumberReader>(
     let last = layout.columns.len() - 1;
     for (c, column) in layout.columns.iter().enumerate() {
         match *column {
-            Column::Feature(j) => {
-                let (v, n) = numbers.read(&piece[p..])?;
-                if !v.is_finite() {
-                    return None;
-                }
-                row[j] = v;
-                p += n;
-            }
+            Column::Feature(j) => p += numbers.read_slot(&piece[p..], slots, j)?,
             Column::Label | Column::Skipped => {
                 let s = p;
                 while let Some(&b) = piece.get(p) {
@@ -827,6 +823,7 @@ fn read_row<'p, N: NumberReader>(
             }
         }
     }
+    numbers.finish(slots, row);
     *pos = p;
     Some(Ok(label))
 }

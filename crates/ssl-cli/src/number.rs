@@ -7,7 +7,10 @@
 //! 19 digits is read from one 32-byte load: masks find its end and its point, the digits are
 //! compressed together and turned into an integer with multiply-adds, and that integer times a
 //! power of ten is rounded with Eisel and Lemire's algorithm, ported from `fast-float2` (the
-//! powers of five it needs, 5^-19 to 5^0, are computed at compile time). Every other shape
+//! powers of five it needs, 5^-19 to 5^0, are computed at compile time). In a CSV row the
+//! rounding waits until the row's numbers are all read, then runs on eight at a time with
+//! vector instructions ([`RowSlots`]): done one number at a time it cost about as much as
+//! finding and gathering the digits. Every other shape
 //! (exponents, more digits, `inf`, a `+` sign, the last bytes of a buffer) goes to `fast-float2`
 //! itself, so both accept the same text, consume the same bytes and give the same bits: the
 //! result is correctly rounded either way.
@@ -17,6 +20,52 @@
 /// `None` when no number starts there. Every reader gives `fast_float2::parse_partial`'s answer.
 pub trait NumberReader: Copy {
     fn read(self, bytes: &[u8]) -> Option<(f64, usize)>;
+
+    /// Reads the number at the start of `bytes` into slot `j` of `slots` (a row's numbers):
+    /// how many bytes it took, or `None` when no finite number starts there. The value is
+    /// [`read`](Self::read)'s, but may only be final after [`finish`](Self::finish).
+    #[inline(always)]
+    fn read_slot(self, bytes: &[u8], slots: &mut RowSlots, j: usize) -> Option<usize> {
+        let (v, n) = self.read(bytes)?;
+        if !v.is_finite() {
+            return None;
+        }
+        slots.bits[j] = v.to_bits();
+        slots.tags[j] = VALUE;
+        Some(n)
+    }
+
+    /// Writes the values of slots `0..out.len()` to `out`.
+    #[inline(always)]
+    fn finish(self, slots: &RowSlots, out: &mut [f64]) {
+        for (o, &b) in out.iter_mut().zip(&slots.bits) {
+            *o = f64::from_bits(b);
+        }
+    }
+}
+
+/// A row's numbers between [`NumberReader::read_slot`] and [`NumberReader::finish`]: each slot
+/// holds a value's bits (tag [`VALUE`]) or, from the AVX-512 reader, a decimal still to be
+/// rounded (its digits as an integer; tag: digits after the point, | 0x80 when negative), so
+/// that a whole row is rounded at once with vector instructions.
+#[derive(Debug, Clone)]
+pub struct RowSlots {
+    bits: Vec<u64>,
+    tags: Vec<u8>,
+}
+
+/// Tag of a slot that holds a value's bits.
+const VALUE: u8 = 0x40;
+
+impl RowSlots {
+    /// Slots for rows of `d` numbers (rounded up to whole vectors of eight).
+    pub fn new(d: usize) -> Self {
+        let len = d.div_ceil(8) * 8;
+        Self {
+            bits: vec![0; len],
+            tags: vec![VALUE; len],
+        }
+    }
 }
 
 /// Work that reads numbers, run by [`with_fastest_reader`] with the fastest reader this CPU has.
@@ -52,6 +101,8 @@ impl NumberReader for Portable {
 mod simd {
     use std::arch::x86_64::*;
 
+    use super::{RowSlots, VALUE};
+
     /// Bytes read at once; shorter inputs take the portable path.
     pub const WINDOW: usize = 32;
 
@@ -62,6 +113,7 @@ mod simd {
     pub fn available() -> bool {
         static AVAILABLE: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
             is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512cd")
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512vbmi")
                 && is_x86_feature_detected!("avx512vbmi2")
@@ -82,11 +134,33 @@ mod simd {
         fn read(self, bytes: &[u8]) -> Option<(f64, usize)> {
             if bytes.len() >= WINDOW {
                 // SAFETY: an `Avx512` exists only inside `run`, on a CPU that has the features.
-                if let Some(plain) = unsafe { parse(bytes) } {
-                    return Some(plain);
+                if let Some((w, fraction_digits, negative, end)) = unsafe { decode(bytes) } {
+                    return Some((to_f64(w, fraction_digits, negative), end));
                 }
             }
             super::Portable.read(bytes)
+        }
+
+        #[inline(always)]
+        fn read_slot(self, bytes: &[u8], slots: &mut RowSlots, j: usize) -> Option<usize> {
+            if bytes.len() >= WINDOW {
+                // SAFETY: as in `read`.
+                if let Some((w, fraction_digits, negative, end)) = unsafe { decode(bytes) } {
+                    slots.bits[j] = w;
+                    slots.tags[j] = fraction_digits as u8 | u8::from(negative) << 7;
+                    return Some(end);
+                }
+            }
+            super::Portable.read_slot(bytes, slots, j)
+        }
+
+        #[inline(always)]
+        fn finish(self, slots: &RowSlots, out: &mut [f64]) {
+            for (k, out) in out.chunks_mut(8).enumerate() {
+                let at = 8 * k;
+                // SAFETY: as in `read`; the slots are padded to whole vectors of eight.
+                unsafe { round8(&slots.bits[at..at + 8], &slots.tags[at..at + 8], out) };
+            }
         }
     }
 
@@ -95,22 +169,24 @@ mod simd {
     /// # Safety
     /// The CPU must have the enabled features ([`available`]).
     #[target_feature(
-        enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi1,bmi2,lzcnt,popcnt"
+        enable = "avx512f,avx512bw,avx512vl,avx512cd,avx512vbmi,avx512vbmi2,bmi1,bmi2,lzcnt,popcnt"
     )]
     pub unsafe fn run<J: super::ReadsNumbers>(job: J) -> J::Output {
         job.run(Avx512(()))
     }
 
-    /// The fast path of [`Avx512`]: a number of the plain shape at the start of
-    /// `bytes` (which holds at least [`WINDOW`] bytes); `None` for any other start.
+    /// The fast path of [`Avx512`]: a number of the plain shape at the start of `bytes` (which
+    /// holds at least [`WINDOW`] bytes) as (its digits as an integer w, digits after the point,
+    /// negative, bytes taken); its value is w · 10^−(digits after the point), negated when
+    /// negative ([`to_f64`], [`round8`]). `None` for any other start.
     ///
     /// # Safety
     /// The CPU must have the enabled features ([`available`]).
     #[target_feature(
-        enable = "avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi1,bmi2,lzcnt,popcnt"
+        enable = "avx512f,avx512bw,avx512vl,avx512cd,avx512vbmi,avx512vbmi2,bmi1,bmi2,lzcnt,popcnt"
     )]
     #[inline]
-    pub unsafe fn parse(bytes: &[u8]) -> Option<(f64, usize)> {
+    pub unsafe fn decode(bytes: &[u8]) -> Option<(u64, u32, bool, usize)> {
         debug_assert!(bytes.len() >= WINDOW);
         // SAFETY: `bytes` has at least WINDOW = 32 readable bytes (checked by the caller).
         let v = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
@@ -163,7 +239,130 @@ mod simd {
         let w = (first_two & 0xFFFF_FFFF) * 10_000_000_000_000_000
             + (first_two >> 32) * 100_000_000
             + u64::from(third);
-        Some((to_f64(w, fraction_digits, negative), end as usize))
+        Some((w, fraction_digits, negative, end as usize))
+    }
+
+    /// The high words of [`POWERS_OF_FIVE`] by digits after the point (5^−k at index k),
+    /// padded to three vectors.
+    const HIGH_BY_FRACTION_DIGITS: [u64; 24] = {
+        let mut table = [0u64; 24];
+        let mut k = 0;
+        while k < 20 {
+            table[k] = POWERS_OF_FIVE[19 - k].0;
+            k += 1;
+        }
+        table
+    };
+
+    /// The part of [`to_f64`]'s biased binary exponent that depends only on the digits after
+    /// the point k (q = −k): floor(q · 217706 / 2^16) + 63 + 1023.
+    const EXPONENT_BY_FRACTION_DIGITS: [u64; 24] = {
+        let mut table = [0u64; 24];
+        let mut k = 0;
+        while k < 20 {
+            let q = -(k as i32);
+            table[k] = ((q.wrapping_mul(152_170 + 65_536) >> 16) + 63 + 1023) as u64;
+            k += 1;
+        }
+        table
+    };
+
+    /// `table[index]` in each lane (indices below 24).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn lookup(table: &[u64; 24], index: __m512i) -> __m512i {
+        // SAFETY: three loads of eight u64 inside the 24-entry table.
+        let (t0, t1, t2) = unsafe {
+            (
+                _mm512_loadu_si512(table.as_ptr().cast()),
+                _mm512_loadu_si512(table.as_ptr().add(8).cast()),
+                _mm512_loadu_si512(table.as_ptr().add(16).cast()),
+            )
+        };
+        let low = _mm512_permutex2var_epi64(t0, index, t1);
+        let high = _mm512_permutexvar_epi64(index, t2);
+        let is_high = _mm512_cmpge_epu64_mask(index, _mm512_set1_epi64(16));
+        _mm512_mask_blend_epi64(is_high, low, high)
+    }
+
+    /// [`to_f64`] on eight slots at once (slots tagged [`VALUE`] are copied as they are), into
+    /// the first `out.len()` (at most 8) of them. The same steps as `to_f64`, lane by lane; a
+    /// lane whose first product is ambiguous (its low nine bits all ones, about 1 in 512)
+    /// needs the second product and is redone by `to_f64` itself.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512cd")]
+    #[inline]
+    pub(super) fn round8(bits: &[u64], tags: &[u8], out: &mut [f64]) {
+        assert!(bits.len() >= 8 && tags.len() >= 8 && out.len() <= 8);
+        let keep = ((1u16 << out.len()) - 1) as __mmask8;
+        // SAFETY: eight u64 and eight bytes, inside the slices (checked above).
+        let (w, tag) = unsafe {
+            (
+                _mm512_loadu_si512(bits.as_ptr().cast()),
+                _mm512_cvtepu8_epi64(_mm_loadl_epi64(tags.as_ptr().cast())),
+            )
+        };
+        let one = _mm512_set1_epi64(1);
+        let is_value = _mm512_test_epi64_mask(tag, _mm512_set1_epi64(i64::from(VALUE)));
+        let digits = _mm512_and_si512(tag, _mm512_set1_epi64(0x1F));
+        let sign = _mm512_slli_epi64::<63>(_mm512_srli_epi64::<7>(tag));
+        let is_zero = _mm512_cmpeq_epu64_mask(w, _mm512_setzero_si512());
+        let lz = _mm512_lzcnt_epi64(w);
+        let w = _mm512_sllv_epi64(w, lz);
+        // The 128-bit product of w and the power's high word, from four 32 × 32-bit products.
+        let five = lookup(&HIGH_BY_FRACTION_DIGITS, digits);
+        let low32 = _mm512_set1_epi64(0xFFFF_FFFF);
+        let (w_hi, five_hi) = (_mm512_srli_epi64::<32>(w), _mm512_srli_epi64::<32>(five));
+        let ll = _mm512_mul_epu32(w, five);
+        let lh = _mm512_mul_epu32(w, five_hi);
+        let hl = _mm512_mul_epu32(w_hi, five);
+        let hh = _mm512_mul_epu32(w_hi, five_hi);
+        let mid = _mm512_add_epi64(
+            _mm512_srli_epi64::<32>(ll),
+            _mm512_add_epi64(_mm512_and_si512(lh, low32), _mm512_and_si512(hl, low32)),
+        );
+        let lo = _mm512_or_si512(_mm512_and_si512(ll, low32), _mm512_slli_epi64::<32>(mid));
+        let hi = _mm512_add_epi64(
+            _mm512_add_epi64(hh, _mm512_srli_epi64::<32>(lh)),
+            _mm512_add_epi64(_mm512_srli_epi64::<32>(hl), _mm512_srli_epi64::<32>(mid)),
+        );
+        let precision = _mm512_set1_epi64(0x1FF);
+        let ambiguous = _mm512_cmpeq_epu64_mask(_mm512_and_si512(hi, precision), precision);
+        let upper = _mm512_srli_epi64::<63>(hi);
+        let shift = _mm512_add_epi64(upper, _mm512_set1_epi64(9));
+        let mut mantissa = _mm512_srlv_epi64(hi, shift);
+        let mut power2 = _mm512_sub_epi64(
+            _mm512_add_epi64(lookup(&EXPONENT_BY_FRACTION_DIGITS, digits), upper),
+            lz,
+        );
+        // An exact halfway case rounds to even (only possible with at most 4 fraction digits).
+        let halfway = _mm512_cmple_epu64_mask(lo, one)
+            & _mm512_cmple_epu64_mask(digits, _mm512_set1_epi64(4))
+            & _mm512_cmpeq_epu64_mask(_mm512_and_si512(mantissa, _mm512_set1_epi64(3)), one)
+            & _mm512_cmpeq_epu64_mask(_mm512_sllv_epi64(mantissa, shift), hi);
+        mantissa = _mm512_mask_andnot_epi64(mantissa, halfway, one, mantissa);
+        mantissa = _mm512_add_epi64(mantissa, _mm512_and_si512(mantissa, one));
+        mantissa = _mm512_srli_epi64::<1>(mantissa);
+        let carried = _mm512_cmpge_epu64_mask(mantissa, _mm512_set1_epi64(2 << 52));
+        mantissa = _mm512_mask_mov_epi64(mantissa, carried, _mm512_set1_epi64(1 << 52));
+        power2 = _mm512_mask_add_epi64(power2, carried, power2, one);
+        mantissa = _mm512_andnot_si512(_mm512_set1_epi64(1 << 52), mantissa);
+        let mut result = _mm512_or_si512(
+            _mm512_or_si512(sign, _mm512_slli_epi64::<52>(power2)),
+            mantissa,
+        );
+        result = _mm512_mask_mov_epi64(result, is_zero, sign);
+        // SAFETY: reloading the slots' own bits (the `VALUE` lanes), inside `bits`.
+        let values = unsafe { _mm512_loadu_si512(bits.as_ptr().cast()) };
+        result = _mm512_mask_mov_epi64(result, is_value, values);
+        // SAFETY: a masked store of out.len() f64 into `out`.
+        unsafe { _mm512_mask_storeu_pd(out.as_mut_ptr(), keep, _mm512_castsi512_pd(result)) };
+        let mut redo = ambiguous & !is_value & !is_zero & keep;
+        while redo != 0 {
+            let i = redo.trailing_zeros() as usize;
+            let t = tags[i];
+            out[i] = to_f64(bits[i], u32::from(t & 0x1F), t & 0x80 != 0);
+            redo &= redo - 1;
+        }
     }
 
     /// The 128-bit truncated powers 5^q for q = −19..=0 (index q + 19), as `fast-float2`'s
@@ -211,7 +410,7 @@ mod simd {
     /// `fast-float2`'s `compute_float` for binary64, for the exponents −19..=0 only (where the
     /// product is never ambiguous and the result is never subnormal or infinite).
     #[inline]
-    fn to_f64(w: u64, fraction_digits: u32, negative: bool) -> f64 {
+    pub(super) fn to_f64(w: u64, fraction_digits: u32, negative: bool) -> f64 {
         let sign = u64::from(negative) << 63;
         if w == 0 {
             return f64::from_bits(sign);
@@ -267,6 +466,41 @@ mod tests {
         ours == theirs
     }
 
+    /// A row of `texts` read slot by slot and finished together, against `fast-float2`'s
+    /// reading of each text, bit for bit (only rows of finite numbers read in one pass).
+    fn row_agrees(texts: &[String]) -> bool {
+        let mut line = texts.join(",").into_bytes();
+        line.push(b'\n');
+        line.resize(line.len() + 40, b'7');
+        struct Row<'a>(&'a [u8], usize);
+        impl ReadsNumbers for Row<'_> {
+            type Output = Option<Vec<f64>>;
+            fn run<N: NumberReader>(self, numbers: N) -> Self::Output {
+                let (bytes, d) = (self.0, self.1);
+                let mut slots = RowSlots::new(d);
+                let mut p = 0;
+                for j in 0..d {
+                    p += numbers.read_slot(&bytes[p..], &mut slots, j)? + 1;
+                }
+                let mut row = vec![0.0; d];
+                numbers.finish(&slots, &mut row);
+                Some(row)
+            }
+        }
+        let theirs: Option<Vec<u64>> = texts
+            .iter()
+            .map(|t| {
+                Portable
+                    .read(&padded(t))
+                    .filter(|(v, _)| v.is_finite())
+                    .map(|(v, _)| v.to_bits())
+            })
+            .collect();
+        let ours = with_fastest_reader(Row(&line, texts.len()))
+            .map(|row| row.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        ours == theirs
+    }
+
     /// `text` followed by a separator, padded to a full window.
     fn padded(text: &str) -> Vec<u8> {
         let mut bytes = text.as_bytes().to_vec();
@@ -279,7 +513,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     fn fast_path_reads(text: &str) -> bool {
         // SAFETY: only called after `simd::available()`.
-        simd::available() && unsafe { simd::parse(&padded(text)) }.is_some()
+        simd::available() && unsafe { simd::decode(&padded(text)) }.is_some()
     }
 
     #[test]
@@ -293,6 +527,7 @@ mod tests {
         };
         let mut fast = 0;
         let total = 400_000;
+        let mut row = Vec::new();
         for i in 0..total {
             let sign = if rng.random::<bool>() { "-" } else { "" };
             let text = match i % 4 {
@@ -331,6 +566,12 @@ mod tests {
                 }
             };
             assert!(agrees(&text), "{text:?}");
+            // Rows of 13 (a whole vector of eight and part of one), mixing every kind.
+            row.push(text.clone());
+            if row.len() == 13 {
+                assert!(row_agrees(&row), "{row:?}");
+                row.clear();
+            }
             #[cfg(target_arch = "x86_64")]
             {
                 fast += usize::from(fast_path_reads(&text));
@@ -342,6 +583,56 @@ mod tests {
             assert!(fast > total / 2, "fast path read only {fast} of {total}");
         }
         let _ = fast;
+    }
+
+    /// The vector rounding against the scalar one, lane by lane, on integers of every size
+    /// with 0 to 19 fraction digits, including exact halfway cases and products ambiguous in
+    /// their first 64 bits (which take the scalar path).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn eight_lanes_round_as_one_does() {
+        use rand::{RngExt, SeedableRng};
+        if !simd::available() {
+            return;
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+        let (mut ambiguous, mut halfway) = (0, 0);
+        for _ in 0..100_000 {
+            let mut bits = [0u64; 8];
+            let mut tags = [0u8; 8];
+            for (w, tag) in bits.iter_mut().zip(&mut tags) {
+                let digits = rng.random_range(0..20u32);
+                *w = match rng.random_range(0..4) {
+                    0 => {
+                        let n = rng.random_range(1..=19);
+                        rng.random_range(0..10u64.pow(n))
+                    }
+                    // Few significant bits: exact products, halfway cases among them.
+                    1 => rng.random_range(0..1u64 << 12) << rng.random_range(0..50),
+                    // Just above 2^53 times a power of ten (m.0, m.00): round to even.
+                    2 => {
+                        let m = (rng.random_range(1u64 << 52..1u64 << 53) << 1) | 1;
+                        m * 10u64.pow(digits.min(2))
+                    }
+                    _ => [0, 1, 10u64.pow(19) - 1, u64::from(u32::MAX)][rng.random_range(0..4)],
+                };
+                *tag = digits as u8 | u8::from(rng.random::<bool>()) << 7;
+                if *w != 0 {
+                    let (high, _) = simd::POWERS_OF_FIVE[19 - digits as usize];
+                    let product = u128::from(*w << w.leading_zeros()) * u128::from(high);
+                    ambiguous += usize::from((product >> 64) as u64 & 0x1FF == 0x1FF);
+                    halfway += usize::from(product as u64 <= 1 && digits <= 4);
+                }
+            }
+            let mut ours = [0.0; 8];
+            // SAFETY: the CPU has the features (checked above).
+            unsafe { simd::round8(&bits, &tags, &mut ours) };
+            for i in 0..8 {
+                let one = simd::to_f64(bits[i], u32::from(tags[i] & 0x1F), tags[i] & 0x80 != 0);
+                assert_eq!(ours[i].to_bits(), one.to_bits(), "{} {}", bits[i], tags[i]);
+            }
+        }
+        assert!(ambiguous > 100 && halfway > 100, "{ambiguous} {halfway}");
     }
 
     /// Each power of five is checked against its definition with exact integer arithmetic (a
