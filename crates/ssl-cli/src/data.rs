@@ -5,10 +5,10 @@
 //! regular file is read through a memory map (no copy out of the page cache), anything else
 //! (standard input, pipes) by a reader thread; either way the input goes in fixed blocks that
 //! are split at newlines and parsed in parallel, the pieces appended in file order (while the
-//! next block is parsed). A row is read in one pass when it
-//! has the plain shape (a number right at each feature cell's start, the separator right after
-//! it) and split at commas otherwise; quoted input falls back to the `csv` crate, with line
-//! numbers counted by us. Every error names the file, the line and the column.
+//! next block is parsed). A row is read in one pass when it has the plain shape (a number right
+//! at each feature cell's start, the separator right after it) and split at commas otherwise;
+//! quoted input falls back to the `csv` crate, with line numbers counted by us. Every error
+//! names the file, the line and the column.
 
 use std::io::Read;
 

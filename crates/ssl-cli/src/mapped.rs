@@ -47,7 +47,7 @@ impl MappedFile {
     /// leave the process's resident memory (they stay in the page cache). Reading them again is
     /// still correct, only slower (they are mapped again from the file).
     pub fn done_before(&self, end: usize) {
-        #[cfg(unix)]
+        #[cfg(target_os = "linux")]
         {
             // SAFETY: sysconf has no preconditions.
             let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
@@ -74,7 +74,7 @@ impl MappedFile {
                 self.released.set(end);
             }
         }
-        #[cfg(not(unix))]
+        #[cfg(not(target_os = "linux"))]
         let _ = end;
     }
 }
