@@ -2,9 +2,9 @@
 //!
 //! Why: reading a large CSV file with `read` copies every byte out of the kernel's page cache
 //! before the parser looks at it; that copy was 11% of the CPU time of loading the benchmark's
-//! 307 MB file. A map lets the parser read the page cache directly. Parsed pages are handed
-//! back as the parser moves on ([`MappedFile::done_before`]), so the map adds a few blocks to
-//! the process's resident memory, not the whole file.
+//! 307 MB file. A map lets the parser read the page cache directly. On Linux, parsed pages are
+//! handed back as the parser moves on ([`MappedFile::done_before`]), so the map adds a few
+//! blocks to the process's resident memory, not the whole file.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -45,7 +45,8 @@ impl MappedFile {
 
     /// Says that the bytes before `end` will not be needed soon: the whole pages among them
     /// leave the process's resident memory (they stay in the page cache). Reading them again is
-    /// still correct, only slower (they are mapped again from the file).
+    /// still correct, only slower (they are mapped again from the file). Elsewhere than Linux
+    /// this does nothing.
     pub fn done_before(&self, end: usize) {
         #[cfg(target_os = "linux")]
         {
