@@ -973,12 +973,17 @@ mod tests {
     fn read_both(text: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
         let streamed = read_csv_from(text.as_bytes(), "t.csv", options);
         let in_memory = read_csv_bytes(text.as_bytes(), "t.csv", options);
-        match (&streamed, &in_memory) {
-            (Ok(a), Ok(b)) => assert!(a == b, "streamed and in-memory reads differ"),
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-            _ => panic!("streamed: {streamed:?}\nin memory: {in_memory:?}"),
-        }
+        assert_same(&streamed, &in_memory);
         streamed
+    }
+
+    /// Two reads of one input gave the same rows, or the same error.
+    fn assert_same(a: &Result<Dataset>, b: &Result<Dataset>) {
+        match (a, b) {
+            (Ok(x), Ok(y)) => assert!(x == y, "the two reads differ"),
+            (Err(x), Err(y)) => assert_eq!(x.to_string(), y.to_string()),
+            _ => panic!("one read: {a:?}\nthe other: {b:?}"),
+        }
     }
 
     fn read(text: &str, label: Option<&str>) -> Result<Dataset> {
@@ -1224,12 +1229,7 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             let path = path.to_str().unwrap();
             let from_file = read_csv(path, &options);
-            let streamed = read_csv_from(text.as_bytes(), path, &options);
-            match (&from_file, &streamed) {
-                (Ok(a), Ok(b)) => assert!(a == b, "file and stream reads differ"),
-                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
-                _ => panic!("file: {from_file:?}\nstream: {streamed:?}"),
-            }
+            assert_same(&from_file, &read_csv_from(text.as_bytes(), path, &options));
         }
         let small = read_csv(dir.path().join("t.csv").to_str().unwrap(), &options);
         assert!(small.unwrap_err().to_string().contains("missing header"));

@@ -2,18 +2,20 @@
 //! common shape.
 //!
 //! Why: number parsing was about 60% of the CPU time of loading a large CSV file, 28–32 ns per
-//! number with `fast-float2` on the benchmark host (about 18 ns with the path below).
+//! number with `fast-float2` on the benchmark host (17–20 ns with the path below rounding one
+//! number at a time; in a later, slower phase of the host, 22.5–22.8 ns that way and 14.4–14.8
+//! ns rounding a row at a time).
 //! On x86-64 with AVX-512 (VBMI2), a number of the plain shape `[-]digits[.digits]` with at most
 //! 19 digits is read from one 32-byte load: masks find its end and its point, the digits are
 //! compressed together and turned into an integer with multiply-adds, and that integer times a
 //! power of ten is rounded with Eisel and Lemire's algorithm, ported from `fast-float2` (the
 //! powers of five it needs, 5^-19 to 5^0, are computed at compile time). In a CSV row the
 //! rounding waits until the row's numbers are all read, then runs on eight at a time with
-//! vector instructions ([`RowSlots`]): done one number at a time it cost about as much as
-//! finding and gathering the digits. Every other shape
-//! (exponents, more digits, `inf`, a `+` sign, the last bytes of a buffer) goes to `fast-float2`
-//! itself, so both accept the same text, consume the same bytes and give the same bits: the
-//! result is correctly rounded either way.
+//! vector instructions ([`RowSlots`]): done one number at a time it took about 10 of the
+//! 22.5 ns, finding and gathering the digits 12.6–12.9. Every other shape (exponents, more
+//! digits, `inf`, a `+` sign, the last bytes of a buffer) goes to `fast-float2` itself, so both
+//! accept the same text, consume the same bytes and give the same bits: the result is
+//! correctly rounded either way.
 #![allow(unsafe_code)]
 
 /// Reads the number at the start of a byte slice: its value and how many bytes it took, or
