@@ -1108,7 +1108,19 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
     ) -> Result<(), String> {
         let fitted = spec.fit(x, y, k).map_err(|e| e.to_string())?;
         let mut kept = Mat::<f64>::new();
+        // `PROFILE_COLD` mimics what `bench --compare`'s host gate leaves before each timed run:
+        // `c` writes 64 MiB first (the caches hold none of the input), `s` sleeps 20 ms first
+        // (the pool's threads have gone to sleep).
+        let cold = std::env::var("PROFILE_COLD").unwrap_or_default();
+        let mut evict = vec![0.0f64; if cold.contains('c') { 1 << 23 } else { 0 }];
         for _ in 0..10 {
+            if cold.contains('c') {
+                evict.iter_mut().for_each(|v| *v += 1.0);
+                std::hint::black_box(&evict);
+            }
+            if cold.contains('s') {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
             let t = Instant::now();
             if op == "fit" {
                 std::hint::black_box(spec.fit(x, y, k).map_err(|e| e.to_string())?);
