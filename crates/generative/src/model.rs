@@ -10,9 +10,10 @@
 //! log-likelihood from it, in parallel over fixed row chunks.
 
 use faer::{Mat, MatMut, MatRef};
-use rayon::prelude::*;
 
-use crate::parallel::{CHUNK_ROWS, build_by_row_chunks, check_finite_rows};
+use crate::parallel::{
+    CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed,
+};
 use crate::{GenerativeError, Result};
 use density::numerics::{exp_shifted_accumulate, log_normalize_in_place, log_sum_exp};
 
@@ -265,11 +266,9 @@ pub trait GenerativeClassifier: Send + Sync {
         }
         // Each chunk is checked by the worker that computes it; the first error in chunk order
         // is reported, so messages do not depend on the thread count.
-        let checks: Vec<Result<()>> = out
-            .par_row_chunks_mut(CHUNK_ROWS)
-            .enumerate()
-            .map(|(c, chunk)| fill_chunk(self, x, c * CHUNK_ROWS, chunk, what, check))
-            .collect();
+        let checks: Vec<Result<()>> = run_indexed(row_chunks_mut(out, CHUNK_ROWS), |c, chunk| {
+            fill_chunk(self, x, c * CHUNK_ROWS, chunk, what, check)
+        });
         checks.into_iter().collect()
     }
 

@@ -5,15 +5,125 @@
 //! combined in chunk order. The same input therefore gives bit-identical output on 1 or N
 //! threads.
 
+use std::sync::Mutex;
+
 use density::block::column;
 use faer::{Mat, MatMut, MatRef};
-use rayon::prelude::*;
 
 use crate::model::{Responsibilities, WeightedRows, one_hot};
 use crate::{GenerativeError, Result};
 
 /// Rows per chunk for fitting and prediction.
 pub const CHUNK_ROWS: usize = 4096;
+
+/// Runs `f(i, item)` for every item, on the calling thread and on idle pool threads, and returns
+/// the results in item order (whichever thread computed them).
+///
+/// Why not `par_iter`: a rayon call made from outside the pool queues its work and sleeps
+/// until a pool thread has woken to run it. After an idle pause that wake-up took longer than
+/// a whole d = 2 fit's chunk work (see BENCHMARKS.md, fifteenth round). Here the caller starts
+/// at once and the pool threads join in as they wake.
+///
+/// Each of the T workers (the caller and T − 1 helpers) owns a contiguous share of the items
+/// and takes them from its front; a worker whose share is empty takes the last item of the
+/// largest remaining share. Contiguous shares matter: with items handed out alternately, both
+/// threads fault on the same fresh 2 MiB output pages and wait for each other (QDA's
+/// `predict_proba` at d = 2, K = 10 was 15% slower that way).
+///
+/// Every item is taken exactly once, and the result of item `i` depends only on `f(i, item)`,
+/// never on which thread ran it or when, which keeps results bit-identical on any number of
+/// threads. Inside a pool thread (a nested call) the helpers are ordinary rayon jobs, which the
+/// caller runs itself if no other thread does, so it never waits on work that cannot run.
+pub fn run_indexed<I, T, F>(items: Vec<I>, f: F) -> Vec<T>
+where
+    I: Send,
+    T: Send,
+    F: Fn(usize, I) -> T + Sync,
+{
+    let n = items.len();
+    let workers = rayon::current_num_threads().clamp(1, n.max(1));
+    if workers == 1 {
+        return items
+            .into_iter()
+            .enumerate()
+            .map(|(i, it)| f(i, it))
+            .collect();
+    }
+    let slots: Vec<Mutex<Option<I>>> = items.into_iter().map(|it| Mutex::new(Some(it))).collect();
+    let results: Vec<Mutex<Option<T>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    // Worker w's share is [front, back) of `shares[w]`, initially items w·n/T .. (w+1)·n/T.
+    let shares: Vec<Mutex<(usize, usize)>> = (0..workers)
+        .map(|w| Mutex::new((w * n / workers, (w + 1) * n / workers)))
+        .collect();
+    let take = |w: usize| -> Option<usize> {
+        if let Ok(mut own) = shares[w].lock()
+            && own.0 < own.1
+        {
+            own.0 += 1;
+            return Some(own.0 - 1);
+        }
+        loop {
+            // The largest other share, read without holding two locks at once.
+            let victim = (0..workers)
+                .filter(|&v| v != w)
+                .map(|v| (shares[v].lock().map(|s| s.1 - s.0).unwrap_or(0), v))
+                .max()?;
+            if victim.0 == 0 {
+                return None;
+            }
+            if let Ok(mut s) = shares[victim.1].lock()
+                && s.0 < s.1
+            {
+                s.1 -= 1;
+                return Some(s.1);
+            }
+        }
+    };
+    let work = |w: usize| {
+        while let Some(i) = take(w) {
+            // `take` hands index `i` to one worker only, so its slot is full and unlocked (`f`
+            // never runs under a lock, so none can be poisoned).
+            let item = slots[i].lock().map(|mut s| s.take()).ok().flatten();
+            if let Some(item) = item {
+                let result = f(i, item);
+                if let Ok(mut r) = results[i].lock() {
+                    *r = Some(result);
+                }
+            }
+        }
+    };
+    rayon::in_place_scope(|scope| {
+        for w in 1..workers {
+            let work = &work;
+            scope.spawn(move |_| work(w));
+        }
+        work(0);
+    });
+    // Every index was taken by one worker and its result set before the scope ended (a panic
+    // in `f` propagates out of the scope and never reaches here).
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .ok()
+                .flatten()
+                .expect("every item's result is set before the scope ends")
+        })
+        .collect()
+}
+
+/// `m` split into consecutive blocks of `rows` rows (the last may be shorter), in order.
+pub fn row_chunks_mut(mut m: MatMut<'_, f64>, rows: usize) -> Vec<MatMut<'_, f64>> {
+    let rows = rows.max(1);
+    let mut chunks = Vec::with_capacity(m.nrows().div_ceil(rows));
+    while m.nrows() > 0 {
+        let take = rows.min(m.nrows());
+        let (head, tail) = m.split_at_row_mut(take);
+        chunks.push(head);
+        m = tail;
+    }
+    chunks
+}
 
 /// An `nrows × ncols` matrix built in parallel, [`CHUNK_ROWS`] rows at a time: chunk `c`
 /// (rows `c · CHUNK_ROWS ..`) is zeroed and handed to `fill(c, chunk)` by the worker that owns
@@ -38,20 +148,16 @@ where
     // pointers; nothing reads `out` before the pass ends, and a panic in `fill` only frees the
     // buffer (`f64` has no destructor).
     unsafe { out.set_dims(nrows, ncols) };
-    let results = out
-        .par_row_chunks_mut(CHUNK_ROWS)
-        .enumerate()
-        .map(|(c, mut chunk)| {
-            for j in 0..ncols {
-                let col = chunk.as_mut().col_mut(j);
-                // SAFETY: a column of a column-major matrix (row stride 1) is `chunk.nrows()`
-                // contiguous `f64`s inside the allocation, owned by this worker alone.
-                debug_assert!(col.row_stride() == 1);
-                unsafe { std::ptr::write_bytes(col.as_ptr_mut(), 0, chunk.nrows()) };
-            }
-            fill(c, chunk)
-        })
-        .collect();
+    let results = run_indexed(row_chunks_mut(out.as_mut(), CHUNK_ROWS), |c, mut chunk| {
+        for j in 0..ncols {
+            let col = chunk.as_mut().col_mut(j);
+            // SAFETY: a column of a column-major matrix (row stride 1) is `chunk.nrows()`
+            // contiguous `f64`s inside the allocation, owned by this worker alone.
+            debug_assert!(col.row_stride() == 1);
+            unsafe { std::ptr::write_bytes(col.as_ptr_mut(), 0, chunk.nrows()) };
+        }
+        fill(c, chunk)
+    });
     (out, results)
 }
 
@@ -145,52 +251,45 @@ where
             (0..set.x.nrows().div_ceil(CHUNK_ROWS)).map(move |c| (s, c * CHUNK_ROWS))
         })
         .collect();
-    let results: Vec<Result<T>> = jobs
-        .par_iter()
-        .map(|&(s, r0)| {
-            let set = &sets[s];
-            let b = CHUNK_ROWS.min(set.x.nrows() - r0);
-            let x = set.x.subrows(r0, b);
-            match set.resp {
-                Responsibilities::Dense(resp) => f(Chunk {
+    let results: Vec<Result<T>> = run_indexed(jobs, |_, (s, r0)| {
+        let set = &sets[s];
+        let b = CHUNK_ROWS.min(set.x.nrows() - r0);
+        let x = set.x.subrows(r0, b);
+        match set.resp {
+            Responsibilities::Dense(resp) => f(Chunk {
+                set: s,
+                first_row: r0,
+                x,
+                resp: resp.subrows(r0, b),
+                labels: None,
+                prechecked: set.prechecked,
+            }),
+            Responsibilities::Labels { labels, n_classes } => {
+                let labels = &labels[r0..r0 + b];
+                if let Some(i) = labels.iter().position(|l| *l >= n_classes) {
+                    return Err(GenerativeError::InvalidParameter {
+                        name: "labels",
+                        rule: "in 0..n_classes",
+                        value: format!("{} at row {} (n_classes = {n_classes})", labels[i], r0 + i),
+                    });
+                }
+                // The chunk's one-hot block (b × K) only, built by the worker.
+                let block = if one_hot_labels {
+                    one_hot(labels, n_classes)?
+                } else {
+                    Mat::zeros(b, 0)
+                };
+                f(Chunk {
                     set: s,
                     first_row: r0,
                     x,
-                    resp: resp.subrows(r0, b),
-                    labels: None,
+                    resp: block.as_ref(),
+                    labels: Some(labels),
                     prechecked: set.prechecked,
-                }),
-                Responsibilities::Labels { labels, n_classes } => {
-                    let labels = &labels[r0..r0 + b];
-                    if let Some(i) = labels.iter().position(|l| *l >= n_classes) {
-                        return Err(GenerativeError::InvalidParameter {
-                            name: "labels",
-                            rule: "in 0..n_classes",
-                            value: format!(
-                                "{} at row {} (n_classes = {n_classes})",
-                                labels[i],
-                                r0 + i
-                            ),
-                        });
-                    }
-                    // The chunk's one-hot block (b × K) only, built by the worker.
-                    let block = if one_hot_labels {
-                        one_hot(labels, n_classes)?
-                    } else {
-                        Mat::zeros(b, 0)
-                    };
-                    f(Chunk {
-                        set: s,
-                        first_row: r0,
-                        x,
-                        resp: block.as_ref(),
-                        labels: Some(labels),
-                        prechecked: set.prechecked,
-                    })
-                }
+                })
             }
-        })
-        .collect();
+        }
+    });
     results.into_iter().collect()
 }
 
@@ -314,6 +413,87 @@ pub fn check_rows(
 mod tests {
     use super::*;
     use density::block::gather_rows;
+
+    /// `run_indexed` on `n` owned items: each taken once, results in item order.
+    fn check_run_indexed(n: usize) {
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let items: Vec<String> = (0..n).map(|i| format!("item {i}")).collect();
+        let out = run_indexed(items, |i, item| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Uneven work, so that shares are stolen.
+            let spin: u64 = (0..(i % 7) as u64 * 2000).fold(0, |a, v| a ^ v.wrapping_mul(31));
+            std::hint::black_box(spin);
+            (i, item)
+        });
+        assert_eq!(calls.into_inner(), n);
+        assert_eq!(out.len(), n);
+        for (i, (idx, item)) in out.into_iter().enumerate() {
+            assert_eq!((idx, item), (i, format!("item {i}")));
+        }
+    }
+
+    #[test]
+    fn run_indexed_takes_every_item_once_and_returns_results_in_order_on_any_pool() {
+        for n in [0, 1, 2, 3, 5, 64, 257] {
+            check_run_indexed(n); // from outside any pool (the global pool's helpers)
+            for threads in [1, 2, 3, 8] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| check_run_indexed(n)); // the caller is a pool thread
+            }
+        }
+    }
+
+    #[test]
+    fn nested_run_indexed_finishes_even_on_a_single_thread_pool() {
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let sums = pool.install(|| {
+                run_indexed((0..6usize).collect(), |i, outer| {
+                    let inner = run_indexed((0..50usize).collect(), |j, v| {
+                        assert_eq!(j, v);
+                        outer * 100 + v
+                    });
+                    assert_eq!(i, outer);
+                    inner.iter().sum::<usize>()
+                })
+            });
+            let expected: Vec<usize> = (0..6).map(|o| o * 100 * 50 + 49 * 50 / 2).collect();
+            assert_eq!(sums, expected);
+        }
+    }
+
+    #[test]
+    fn row_chunks_mut_splits_in_order_and_writes_through() {
+        for (n, rows, expected) in [
+            (10, 4, vec![4, 4, 2]),
+            (8, 4, vec![4, 4]),
+            (3, 5, vec![3]),
+            (0, 4, vec![]),
+            (2, 0, vec![1, 1]),
+        ] {
+            let mut m = Mat::<f64>::zeros(n, 2);
+            let chunks = row_chunks_mut(m.as_mut(), rows);
+            assert_eq!(
+                chunks.iter().map(|c| c.nrows()).collect::<Vec<_>>(),
+                expected
+            );
+            let mut first = 0;
+            for mut c in chunks {
+                assert_eq!(c.ncols(), 2);
+                for i in 0..c.nrows() {
+                    c[(i, 1)] = (first + i) as f64;
+                }
+                first += c.nrows();
+            }
+            assert!((0..n).all(|i| m[(i, 1)] == i as f64 && m[(i, 0)] == 0.0));
+        }
+    }
 
     #[test]
     fn build_by_row_chunks_hands_out_zeroed_chunks_in_order_and_keeps_what_they_write() {
