@@ -8,11 +8,10 @@
 use std::ops::Range;
 
 use faer::{Mat, MatMut, MatRef};
-use rayon::prelude::*;
 
 use density::numerics::log_sum_exp;
 use generative::model::{Posterior, normalize_chunk};
-use generative::parallel::CHUNK_ROWS;
+use generative::parallel::{CHUNK_ROWS, row_chunks_mut, run_indexed};
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
 use crate::diagnostic::diagnose;
@@ -489,57 +488,53 @@ fn estep<F>(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, allowed: F, scale: f64, 
 where
     F: Fn(usize) -> Range<usize> + Sync,
 {
-    let parts: Vec<f64> = resp
-        .par_row_chunks_mut(CHUNK_ROWS)
-        .enumerate()
-        .map(|(chunk, mut r)| {
-            let r0 = chunk * CHUNK_ROWS;
-            let mut acc = 0.0;
-            let mut buf = Vec::new();
-            for i in 0..r.nrows() {
-                let range = allowed(r0 + i);
-                for c in 0..r.ncols() {
-                    r[(i, c)] = 0.0;
-                }
-                buf.clear();
-                buf.extend(range.clone().map(|c| lj[(r0 + i, c)]));
-                if hard {
-                    let (best, max) =
-                        buf.iter()
-                            .enumerate()
-                            .fold(
-                                (0, f64::NEG_INFINITY),
-                                |b, (c, v)| if *v > b.1 { (c, *v) } else { b },
-                            );
-                    acc += max.max(-f64::MAX);
-                    r[(i, range.start + best)] = scale;
+    let parts: Vec<f64> = run_indexed(row_chunks_mut(resp, CHUNK_ROWS), |chunk, mut r| {
+        let r0 = chunk * CHUNK_ROWS;
+        let mut acc = 0.0;
+        let mut buf = Vec::new();
+        for i in 0..r.nrows() {
+            let range = allowed(r0 + i);
+            for c in 0..r.ncols() {
+                r[(i, c)] = 0.0;
+            }
+            buf.clear();
+            buf.extend(range.clone().map(|c| lj[(r0 + i, c)]));
+            if hard {
+                let (best, max) =
+                    buf.iter()
+                        .enumerate()
+                        .fold(
+                            (0, f64::NEG_INFINITY),
+                            |b, (c, v)| if *v > b.1 { (c, *v) } else { b },
+                        );
+                acc += max.max(-f64::MAX);
+                r[(i, range.start + best)] = scale;
+            } else {
+                // One exponential per entry: e_c = exp(v_c − max), lse = max + ln Σ e_c,
+                // responsibility = scale · e_c / Σ e_c.
+                let max = buf.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                if max.is_finite() {
+                    let mut sum = 0.0;
+                    for v in buf.iter_mut() {
+                        *v = (*v - max).exp();
+                        sum += *v;
+                    }
+                    acc += max + sum.ln();
+                    let factor = scale / sum;
+                    for (c, e) in range.clone().zip(&buf) {
+                        r[(i, c)] = factor * e;
+                    }
                 } else {
-                    // One exponential per entry: e_c = exp(v_c − max), lse = max + ln Σ e_c,
-                    // responsibility = scale · e_c / Σ e_c.
-                    let max = buf.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    if max.is_finite() {
-                        let mut sum = 0.0;
-                        for v in buf.iter_mut() {
-                            *v = (*v - max).exp();
-                            sum += *v;
-                        }
-                        acc += max + sum.ln();
-                        let factor = scale / sum;
-                        for (c, e) in range.clone().zip(&buf) {
-                            r[(i, c)] = factor * e;
-                        }
-                    } else {
-                        acc += log_sum_exp(&buf).max(-f64::MAX);
-                        let n = range.len() as f64;
-                        for c in range {
-                            r[(i, c)] = scale / n;
-                        }
+                    acc += log_sum_exp(&buf).max(-f64::MAX);
+                    let n = range.len() as f64;
+                    for c in range {
+                        r[(i, c)] = scale / n;
                     }
                 }
             }
-            acc
-        })
-        .collect();
+        }
+        acc
+    });
     parts.iter().sum()
 }
 
@@ -549,10 +544,8 @@ where
 /// both summed in chunk order.
 fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Vec<f64>) {
     let k = lj.ncols();
-    let parts: Vec<(f64, Vec<f64>)> = resp
-        .par_row_chunks_mut(CHUNK_ROWS)
-        .enumerate()
-        .map(|(chunk, mut r)| {
+    let parts: Vec<(f64, Vec<f64>)> =
+        run_indexed(row_chunks_mut(resp, CHUNK_ROWS), |chunk, mut r| {
             let b = r.nrows();
             r.copy_from(lj.subrows(chunk * CHUNK_ROWS, b));
             let mut log_norm = vec![0.0; b];
@@ -568,8 +561,7 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
                 })
                 .collect();
             (acc, col_sums)
-        })
-        .collect();
+        });
     let mut total = 0.0;
     let mut sums = vec![0.0; k];
     for (acc, cs) in &parts {
