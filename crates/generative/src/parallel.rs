@@ -27,8 +27,8 @@ pub const CHUNK_ROWS: usize = 4096;
 /// Each of the T workers (the caller and T − 1 helpers) owns a contiguous share of the items
 /// and takes them from its front; a worker whose share is empty takes the last item of the
 /// largest remaining share. Contiguous shares matter: with items handed out alternately, both
-/// threads fault on the same fresh 2 MiB output pages and wait for each other (QDA's
-/// `predict_proba` at d = 2, K = 10 was 15% slower that way).
+/// threads fault on the same fresh 2 MiB output pages (QDA's `predict_proba` at d = 2, K = 10
+/// was 15% slower that way).
 ///
 /// Every item is taken exactly once, and the result of item `i` depends only on `f(i, item)`,
 /// never on which thread ran it or when, which keeps results bit-identical on any number of
