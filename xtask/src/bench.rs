@@ -1113,7 +1113,13 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
         // (the pool's threads have gone to sleep).
         let cold = std::env::var("PROFILE_COLD").unwrap_or_default();
         let mut evict = vec![0.0f64; if cold.contains('c') { 1 << 23 } else { 0 }];
-        for _ in 0..10 {
+        // `PROFILE_REPS` sets how many timed runs (10 by default), so that a profiler's samples
+        // can be mostly the timed work rather than the data generation.
+        let reps = std::env::var("PROFILE_REPS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(10);
+        for _ in 0..reps {
             if cold.contains('c') {
                 evict.iter_mut().for_each(|v| *v += 1.0);
                 std::hint::black_box(&evict);
