@@ -20,9 +20,11 @@ pub const CHUNK_ROWS: usize = 4096;
 /// the results in item order (whichever thread computed them).
 ///
 /// Why not `par_iter`: a rayon call made from outside the pool queues its work and sleeps
-/// until a pool thread has woken to run it. After an idle pause that wake-up took longer than
-/// a whole d = 2 fit's chunk work (see BENCHMARKS.md, fifteenth round). Here the caller starts
-/// at once and the pool threads join in as they wake.
+/// until a pool thread has woken to run it. After an idle pause that wake-up took 1–3 ms on
+/// our benchmark host, about as long as a whole fit at n = 1e6, d = 2 (see BENCHMARKS.md,
+/// "Not yet understood" and the fifteenth round). Here the caller starts at once and the pool
+/// threads join in as they wake. (The caller still waits at the end for every helper to have
+/// run, if only to find nothing left, as it waited for the pool before.)
 ///
 /// Each of the T workers (the caller and T − 1 helpers) owns a contiguous share of the items
 /// and takes them from its front; a worker whose share is empty takes the last item of the
