@@ -139,32 +139,32 @@ pub fn exp_nonpositive(x: f64) -> f64 {
     // Adding 1.5 · 2^52 rounds to an integer and leaves it in the low mantissa bits.
     const SHIFT: f64 = 6_755_399_441_055_744.0;
     let x = x.clamp(-746.0, 0.0);
-    let t = x * LOG2E + SHIFT;
+    let t = x.mul_add(LOG2E, SHIFT);
     let k = t - SHIFT;
-    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, x));
     // Estrin's scheme (pairs, then r², r⁴, r⁸): a dependency chain of 8 operations instead of
-    // Horner's 26, so independent elements overlap in the pipeline.
+    // Horner's 13, so independent elements overlap in the pipeline.
     let r2 = r * r;
     let r4 = r2 * r2;
     let r8 = r4 * r4;
     let q0 = 1.0 + r;
-    let q1 = 0.5 + r * (1.0 / 6.0);
-    let q2 = 1.0 / 24.0 + r * (1.0 / 120.0);
-    let q3 = 1.0 / 720.0 + r * (1.0 / 5_040.0);
-    let q4 = 1.0 / 40_320.0 + r * (1.0 / 362_880.0);
-    let q5 = 1.0 / 3_628_800.0 + r * (1.0 / 39_916_800.0);
-    let q6 = 1.0 / 479_001_600.0 + r * (1.0 / 6_227_020_800.0);
-    let s0 = q0 + q1 * r2;
-    let s1 = q2 + q3 * r2;
-    let s2 = q4 + q5 * r2;
-    let t0 = s0 + s1 * r4;
-    let t1 = s2 + q6 * r4;
-    let p = t0 + t1 * r8;
+    let q1 = r.mul_add(1.0 / 6.0, 0.5);
+    let q2 = r.mul_add(1.0 / 120.0, 1.0 / 24.0);
+    let q3 = r.mul_add(1.0 / 5_040.0, 1.0 / 720.0);
+    let q4 = r.mul_add(1.0 / 362_880.0, 1.0 / 40_320.0);
+    let q5 = r.mul_add(1.0 / 39_916_800.0, 1.0 / 3_628_800.0);
+    let q6 = r.mul_add(1.0 / 6_227_020_800.0, 1.0 / 479_001_600.0);
+    let s0 = q1.mul_add(r2, q0);
+    let s1 = q3.mul_add(r2, q2);
+    let s2 = q5.mul_add(r2, q4);
+    let t0 = s1.mul_add(r4, s0);
+    let t1 = q6.mul_add(r4, s2);
+    let p = t1.mul_add(r8, t0);
     // k ∈ [-1077, 0]: split into two halves ≥ -539 so each factor 2^k_i is a normal number.
     // The halves stay in floating point and reach the exponent field by integer add and left
     // shift only (64-bit lanes have no arithmetic right shift before AVX-512, which would stop
     // the loop from vectorising).
-    let k1 = (k * 0.5 + SHIFT) - SHIFT;
+    let k1 = k.mul_add(0.5, SHIFT) - SHIFT;
     let k2 = k - k1;
     let bias = SHIFT.to_bits().wrapping_sub(1023);
     let s1 = f64::from_bits((k1 + SHIFT).to_bits().wrapping_sub(bias) << 52);
