@@ -28,6 +28,34 @@ pub fn squared_mahalanobis(
     chol_lower: MatRef<'_, f64>,
     out: &mut [f64],
 ) {
+    // 1 · q + 0 is q exactly, so this is the plain distance.
+    run_kernel(x, mean, chol_lower, 1.0, 0.0, out);
+}
+
+/// `out[i] = log_norm − ½‖L⁻¹(x_i − μ)‖²`: the log-density of N(μ, LLᵀ) when `log_norm` is
+/// its log normaliser (plus, for a classifier, the class's log prior). The same arguments and
+/// checks as [`squared_mahalanobis`]; the affine step is fused into the kernel's store (one
+/// rounding, as `log_norm − 0.5 · q` since halving is exact), so the distances never make a
+/// second pass through memory.
+pub fn gaussian_log_density(
+    x: MatRef<'_, f64>,
+    mean: &[f64],
+    chol_lower: MatRef<'_, f64>,
+    log_norm: f64,
+    out: &mut [f64],
+) {
+    run_kernel(x, mean, chol_lower, -0.5, log_norm, out);
+}
+
+/// `out[i] = scale · ‖L⁻¹(x_i − μ)‖² + offset`, one fused multiply-add per row.
+fn run_kernel(
+    x: MatRef<'_, f64>,
+    mean: &[f64],
+    chol_lower: MatRef<'_, f64>,
+    scale: f64,
+    offset: f64,
+    out: &mut [f64],
+) {
     let d = x.ncols();
     debug_assert_eq!(mean.len(), d);
     debug_assert_eq!(out.len(), x.nrows());
@@ -46,6 +74,8 @@ pub fn squared_mahalanobis(
         mean,
         packed: &packed,
         inv_diag: &inv_diag,
+        scale,
+        offset,
         out,
     });
 }
@@ -58,6 +88,8 @@ struct Kernel<'a> {
     mean: &'a [f64],
     packed: &'a [f64],
     inv_diag: &'a [f64],
+    scale: f64,
+    offset: f64,
     out: &'a mut [f64],
 }
 
@@ -79,20 +111,25 @@ impl Kernel<'_> {
     #[inline(always)]
     fn run<S: pulp::Simd, const V: usize>(self, simd: S) {
         let rows = V * S::F64_LANES;
-        let mut z = vec![0.0f64; self.mean.len() * rows];
-        let mut norms = vec![0.0f64; rows];
-        let mut done = Vec::with_capacity(V * self.mean.len());
+        let d = self.mean.len();
+        // Three blocks on cache-line boundaries: the centred rows, the finished substitution
+        // vectors, and the results.
+        let (mut z, mut done, mut norms) = (Vec::new(), Vec::new(), Vec::new());
+        let z = crate::block::aligned_prefix(&mut z, d * rows);
+        let done = crate::block::aligned_prefix(&mut done, d * rows);
+        let norms = crate::block::aligned_prefix(&mut norms, rows);
         for (block, out_block) in self.out.chunks_mut(rows).enumerate() {
             let x = self.x.subrows(block * rows, out_block.len());
-            crate::block::gather_columns(x, None, Some(self.mean), rows, &mut z);
+            crate::block::gather_columns(x, None, Some(self.mean), rows, z);
             substitute::<S, V>(
                 simd,
-                &z,
+                z,
                 rows,
                 self.packed,
                 self.inv_diag,
-                &mut done,
-                &mut norms,
+                (self.scale, self.offset),
+                S::as_mut_simd_f64s(done).0,
+                norms,
             );
             out_block.copy_from_slice(&norms[..out_block.len()]);
         }
@@ -100,9 +137,10 @@ impl Kernel<'_> {
 }
 
 /// Forward substitution `L w = z` on a d × `rows` block (rows = `V` vectors), writing the squared
-/// norm of each of the block's columns (one per data row) to `norms`. Columns are substituted two
-/// at a time, so each finished vector loaded from `done` feeds two fused multiply-adds (the loop
-/// is otherwise bound by loads), with 2·V independent accumulator chains. Each lane's operations
+/// norm q of each of the block's columns (one per data row) to `norms` as `scale · q + offset`
+/// (`affine`, one rounding). `done` (d · V vectors) holds the finished columns of `w`. Columns
+/// are substituted two at a time, so each finished vector loaded from `done` feeds two fused
+/// multiply-adds (the loop is otherwise bound by loads), with 2·V independent accumulator chains. Each lane's operations
 /// and their order are those of plain forward substitution, so pairing changes no bit.
 #[inline(always)]
 fn substitute<S: pulp::Simd, const V: usize>(
@@ -111,13 +149,13 @@ fn substitute<S: pulp::Simd, const V: usize>(
     rows: usize,
     packed: &[f64],
     inv_diag: &[f64],
-    done: &mut Vec<S::f64s>,
+    affine: (f64, f64),
+    done: &mut [S::f64s],
     norms: &mut [f64],
 ) {
     let d = inv_diag.len();
     let zero = simd.splat_f64s(0.0);
     let mut n = [zero; V];
-    done.clear();
     // Row j of the strict lower triangle starts at j(j − 1)/2 in `packed`.
     let lower_row = |j: usize| &packed[j * j.saturating_sub(1) / 2..][..j];
     let start = |j: usize| -> [S::f64s; V] {
@@ -132,7 +170,7 @@ fn substitute<S: pulp::Simd, const V: usize>(
         if j + 1 < d {
             let mut b = start(j + 1);
             let lj1 = lower_row(j + 1);
-            for ((wk, &l), &l1) in done.chunks_exact(V).zip(lj).zip(lj1) {
+            for ((wk, &l), &l1) in done[..j * V].chunks_exact(V).zip(lj).zip(lj1) {
                 // a − l·w_k and b − l′·w_k, each rounded once.
                 let (m, m1) = (simd.splat_f64s(-l), simd.splat_f64s(-l1));
                 for v in 0..V {
@@ -149,11 +187,11 @@ fn substitute<S: pulp::Simd, const V: usize>(
                 b[v] = simd.mul_f64s(simd.mul_add_f64s(m, a[v], b[v]), s1);
                 n[v] = simd.mul_add_f64s(b[v], b[v], n[v]);
             }
-            done.extend_from_slice(&a);
-            done.extend_from_slice(&b);
+            done[j * V..(j + 1) * V].copy_from_slice(&a);
+            done[(j + 1) * V..(j + 2) * V].copy_from_slice(&b);
             j += 2;
         } else {
-            for (wk, &l) in done.chunks_exact(V).zip(lj) {
+            for (wk, &l) in done[..j * V].chunks_exact(V).zip(lj) {
                 let m = simd.splat_f64s(-l);
                 for v in 0..V {
                     a[v] = simd.mul_add_f64s(m, wk[v], a[v]);
@@ -167,8 +205,11 @@ fn substitute<S: pulp::Simd, const V: usize>(
             j += 1;
         }
     }
+    let (scale, offset) = (simd.splat_f64s(affine.0), simd.splat_f64s(affine.1));
     let (out, _) = S::as_mut_simd_f64s(norms);
-    out[..V].copy_from_slice(&n);
+    for v in 0..V {
+        out[v] = simd.mul_add_f64s(scale, n[v], offset);
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +280,24 @@ mod tests {
             let mut one = [0.0];
             squared_mahalanobis(x.as_ref().subrows(i, 1), &mean, l.as_ref(), &mut one);
             assert_eq!(one[0].to_bits(), all[i].to_bits(), "row {i}");
+        }
+    }
+
+    #[test]
+    fn log_density_is_the_distance_halved_and_offset_in_one_rounding() {
+        // The fused store gives the bits of `log_norm − 0.5 · q` from the plain distance.
+        for (seed, &d) in [1usize, 2, 5, 16].iter().enumerate() {
+            let (x, mean, l) = random_problem(77, d, 40 + seed as u64);
+            let mut q = vec![0.0; 77];
+            squared_mahalanobis(x.as_ref(), &mean, l.as_ref(), &mut q);
+            for log_norm in [0.0, -3.7, 12.25] {
+                let mut got = vec![f64::NAN; 77];
+                gaussian_log_density(x.as_ref(), &mean, l.as_ref(), log_norm, &mut got);
+                for (i, (g, q)) in got.iter().zip(&q).enumerate() {
+                    let want = log_norm - 0.5 * q;
+                    assert_eq!(g.to_bits(), want.to_bits(), "d={d} row {i}: {g} vs {want}");
+                }
+            }
         }
     }
 

@@ -8,7 +8,7 @@
 //! ln N(x | μ, Σ) = −½ (d ln 2π + ln|Σ| + (x − μ)ᵀ Σ⁻¹ (x − μ))
 //! ```
 
-use crate::mahalanobis::squared_mahalanobis;
+use crate::mahalanobis::gaussian_log_density;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
 use faer::{Mat, MatRef, Par};
@@ -269,7 +269,7 @@ impl MultivariateNormal {
     }
 
     /// Writes ln N(x_i | μ, Σ) for every row of `x` into `out`; a full covariance whitens each
-    /// row by forward substitution with `L` ([`squared_mahalanobis`], blocked inside).
+    /// row by forward substitution with `L` ([`gaussian_log_density`], blocked inside).
     pub fn log_pdf_rows_into(&self, x: MatRef<'_, f64>, out: &mut [f64]) -> Result<()> {
         let d = self.dim();
         if x.ncols() != d {
@@ -288,10 +288,7 @@ impl MultivariateNormal {
         }
         match &self.factor {
             Factor::Full(l) => {
-                squared_mahalanobis(x, &self.mean, l.as_ref(), out);
-                for o in out.iter_mut() {
-                    *o = self.log_norm - 0.5 * *o;
-                }
+                gaussian_log_density(x, &self.mean, l.as_ref(), self.log_norm, out);
             }
             Factor::Diagonal(sd) => {
                 for (i, o) in out.iter_mut().enumerate() {

@@ -106,10 +106,7 @@ impl pulp::WithSimd for Kernel<'_> {
         let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
         let cols = d.div_ceil(TILE_J) * TILE_J;
         let need = (cols + 1) * rows;
-        if scratch.len() < need {
-            scratch.resize(need, 0.0);
-        }
-        let (y, w) = scratch[..need].split_at_mut(cols * rows);
+        let (y, w) = crate::block::aligned_prefix(scratch, need).split_at_mut(cols * rows);
         match weights {
             Some(weights) => w[..n].copy_from_slice(weights),
             None => w[..n].fill(1.0),

@@ -16,7 +16,7 @@
 //! of rows, and `ln|Σ| = 2 Σ ln L_ii`; no inverse or determinant is formed.
 
 use density::linalg::{matmul, solve_lower_triangular_in_place, solve_upper_triangular_in_place};
-use density::mahalanobis::squared_mahalanobis;
+use density::mahalanobis::gaussian_log_density;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use density::regularize::{
@@ -706,8 +706,8 @@ impl GenerativeClassifier for GaussianClassifier {
             .collect();
         match self.structure {
             CovarianceStructure::Full => {
-                // ‖L_c⁻¹(x − μ_c)‖² by forward substitution, read straight from x's layout.
-                let mut norms = vec![0.0; b];
+                // log_norm_c − ½‖L_c⁻¹(x − μ_c)‖² by forward substitution, read straight from
+                // x's layout and written straight into the class's column.
                 for c in 0..k {
                     let mu = &self.means[c * d..(c + 1) * d];
                     let l = MatRef::from_column_major_slice(
@@ -715,11 +715,8 @@ impl GenerativeClassifier for GaussianClassifier {
                         d,
                         d,
                     );
-                    squared_mahalanobis(x, mu, l, &mut norms);
                     with_column_mut(out.as_mut(), c, |col| {
-                        for (o, q) in col.iter_mut().zip(&norms) {
-                            *o = log_norm[c] - 0.5 * q;
-                        }
+                        gaussian_log_density(x, mu, l, log_norm[c], col)
                     });
                 }
             }
