@@ -165,16 +165,16 @@ pub fn exp_nonpositive(x: f64) -> f64 {
     let t0 = s1.mul_add(r4, s0);
     let t1 = q6.mul_add(r4, s2);
     let p = t1.mul_add(r8, t0);
-    // k ∈ [-1077, 0]: split into two halves ≥ -539 so each factor 2^k_i is a normal number.
-    // The halves stay in floating point and reach the exponent field by integer add and left
-    // shift only (64-bit lanes have no arithmetic right shift before AVX-512, which would stop
-    // the loop from vectorising).
-    let k1 = k.mul_add(0.5, SHIFT) - SHIFT;
-    let k2 = k - k1;
-    let bias = SHIFT.to_bits().wrapping_sub(1023);
-    let s1 = f64::from_bits((k1 + SHIFT).to_bits().wrapping_sub(bias) << 52);
-    let s2 = f64::from_bits((k2 + SHIFT).to_bits().wrapping_sub(bias) << 52);
-    p * s1 * s2
+    // p · 2^k for k ∈ [-1077, 0], where 2^k itself is subnormal (or 0) below -1022: scale by
+    // 2^(k + 60), always a normal number, then by 2^-60. The first product is exact, so the
+    // second rounds once, and results down to the smallest subnormal are right. 2^(k + 60) comes
+    // from t's bits (SHIFT's plus k) by an integer subtract and a left shift only (64-bit lanes
+    // have no arithmetic right shift before AVX-512, which would stop the loop vectorising).
+    const UNDER: u64 = 60;
+    const TWO_TO_MINUS_UNDER: f64 = 1.0 / (1u64 << UNDER) as f64;
+    let bias = SHIFT.to_bits().wrapping_sub(1023 + UNDER);
+    let scale = f64::from_bits(t.to_bits().wrapping_sub(bias) << 52);
+    p * scale * TWO_TO_MINUS_UNDER
 }
 
 /// `values[i] = exp(values[i] − shift[i])` and `sums[i] += values[i]` (requires
@@ -394,3 +394,4 @@ mod tests {
         assert!((normal_cdf(1.96) - 0.975_002_105).abs() < 1e-7);
     }
 }
+
