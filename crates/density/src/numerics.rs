@@ -394,4 +394,3 @@ mod tests {
         assert!((normal_cdf(1.96) - 0.975_002_105).abs() < 1e-7);
     }
 }
-
