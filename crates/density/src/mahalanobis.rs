@@ -140,8 +140,9 @@ impl Kernel<'_> {
 /// norm q of each of the block's columns (one per data row) to `norms` as `scale · q + offset`
 /// (`affine`, one rounding). `done` (d · V vectors) holds the finished columns of `w`. Columns
 /// are substituted two at a time, so each finished vector loaded from `done` feeds two fused
-/// multiply-adds (the loop is otherwise bound by loads), with 2·V independent accumulator chains. Each lane's operations
-/// and their order are those of plain forward substitution, so pairing changes no bit.
+/// multiply-adds (the loop is otherwise bound by loads), with 2·V independent accumulator
+/// chains. Each lane's operations and their order are those of plain forward substitution, so
+/// pairing changes no bit.
 #[inline(always)]
 fn substitute<S: pulp::Simd, const V: usize>(
     simd: S,
