@@ -321,8 +321,8 @@ impl LabelGroups {
     /// One branch-free pass per class: every row index is written at the class's next free
     /// slot, which advances only when the row is of the class. The loop carries its position in
     /// a register; the counting sort's `next[label] += 1` goes through memory, and with two
-    /// classes half of its steps wait for the previous step's store (a third of LDA's fit at
-    /// d = 2, K = 2 was spent there).
+    /// classes half of its steps wait for the previous step's store (the counting sort had a
+    /// third of the samples of LDA's fit at d = 2, K = 2).
     fn by_compress(labels: &[usize], k: usize) -> Self {
         let n = labels.len();
         // One spare slot: the pass for a class writes (then overwrites) the slot after its
