@@ -207,6 +207,7 @@ pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>)
         x,
         groups,
         centers: None,
+        cross: false,
         sums,
     })
 }
@@ -226,15 +227,54 @@ pub fn grouped_sums_sq(
         x,
         groups,
         centers: Some(centers),
+        cross: false,
         sums,
     });
 }
 
-/// The arguments of [`grouped_sums`] (no centres) and [`grouped_sums_sq`].
+/// As [`grouped_sums_sq`], of the products of deviations of every pair of columns: adds to
+/// `sums[(g, p)]` the sum of (x_ij − c_gj) · (x_ik − c_gk) over the rows of group g, where
+/// c = `centers` and p = j(j + 1)/2 + k numbers the pairs k ≤ j (the lower triangle, row by
+/// row; `sums` has d(d + 1)/2 columns). The diagonal pairs are [`grouped_sums_sq`]'s values,
+/// to the bit: a labeled fit's full scatter per class, centred at exact class means, without
+/// copying any class's rows out. It costs K · d(d + 1)/2 masked products per row, so it is for
+/// few features and few classes.
+pub fn grouped_cross_products(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    centers: MatRef<'_, f64>,
+    sums: MatMut<'_, f64>,
+) {
+    debug_assert_eq!(centers.nrows(), sums.nrows());
+    debug_assert_eq!(centers.ncols(), x.ncols());
+    debug_assert_eq!(sums.ncols(), x.ncols() * (x.ncols() + 1) / 2);
+    pulp::Arch::new().dispatch(Grouped {
+        x,
+        groups,
+        centers: Some(centers),
+        cross: true,
+        sums,
+    });
+}
+
+/// What one output column of [`grouped_with`] sums over a group's rows.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Term {
+    /// x
+    Value,
+    /// (x − c)²
+    Square,
+    /// (x − c)(y − e), for two columns
+    Product,
+}
+
+/// The arguments of [`grouped_sums`] (no centres), [`grouped_sums_sq`] and
+/// [`grouped_cross_products`] (`cross`).
 struct Grouped<'a> {
     x: MatRef<'a, f64>,
     groups: &'a [usize],
     centers: Option<MatRef<'a, f64>>,
+    cross: bool,
     sums: MatMut<'a, f64>,
 }
 
@@ -242,35 +282,38 @@ impl pulp::WithSimd for Grouped<'_> {
     type Output = bool;
     #[inline(always)]
     fn with_simd<S: Simd>(self, simd: S) -> bool {
-        match (S::F64_LANES, self.centers.is_some()) {
-            (8, false) => grouped_with::<S, 2, false>(simd, self),
-            (8, true) => grouped_with::<S, 2, true>(simd, self),
-            (4, false) => grouped_with::<S, 4, false>(simd, self),
-            (4, true) => grouped_with::<S, 4, true>(simd, self),
-            (2, false) => grouped_with::<S, 8, false>(simd, self),
-            (2, true) => grouped_with::<S, 8, true>(simd, self),
-            (_, false) => grouped_with::<pulp::Scalar, 16, false>(pulp::Scalar::new(), self),
-            (_, true) => grouped_with::<pulp::Scalar, 16, true>(pulp::Scalar::new(), self),
+        match S::F64_LANES {
+            8 => grouped_with::<S, 2>(simd, self),
+            4 => grouped_with::<S, 4>(simd, self),
+            2 => grouped_with::<S, 8>(simd, self),
+            _ => grouped_with::<pulp::Scalar, 16>(pulp::Scalar::new(), self),
         }
     }
 }
 
-/// [`grouped_sums`] (or, with `SQUARE`, [`grouped_sums_sq`]) with `A` vectors of
+/// [`grouped_sums`], [`grouped_sums_sq`] or [`grouped_cross_products`] with `A` vectors of
 /// `S::F64_LANES` lanes per group holding its 16 partial sums (vector a, lane l: partial sum
 /// a · lanes + l).
 #[inline(always)]
-fn grouped_with<S: Simd, const A: usize, const SQUARE: bool>(simd: S, args: Grouped<'_>) -> bool {
+fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     let Grouped {
         x,
         groups,
         centers,
+        cross,
         mut sums,
     } = args;
     debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
     debug_assert_eq!(groups.len(), x.nrows());
     let n = x.nrows().min(groups.len());
     let k = sums.nrows();
+    let d = x.ncols();
     let whole = n - n % GROUP_PARTIAL_SUMS;
+    let term = match (centers.is_some(), cross) {
+        (false, _) => Term::Value,
+        (true, false) => Term::Square,
+        (true, true) => Term::Product,
+    };
     // One mask per group and vector of rows, group-major: the lanes of that vector in the group.
     let ids: Vec<u64> = groups[..whole].iter().map(|&g| g as u64).collect();
     let (id_vectors, _) = S::as_simd_u64s(&ids);
@@ -281,87 +324,132 @@ fn grouped_with<S: Simd, const A: usize, const SQUARE: bool>(simd: S, args: Grou
         masks.extend(id_vectors.iter().map(|&v| simd.equal_u64s(v, gv)));
     }
     // Groups per pass over a column: at most 16 vector accumulators live at once (of 32
-    // AVX-512 registers), 8 with 16 registers.
-    let per_pass = if A == 2 { 8 } else { (8 / A).max(1) };
+    // AVX-512 registers), 8 with 16 registers; half as many for products, whose passes also
+    // hold two centres per group.
+    let per_pass = match (A == 2, term == Term::Product) {
+        (true, false) => 8,
+        (true, true) => 4,
+        (false, false) => (8 / A).max(1),
+        (false, true) => (4 / A).max(1),
+    };
+    // The output columns: (j, k) with its pair number, one per column j, or one per pair k ≤ j.
+    let outputs: Vec<(usize, usize)> = match term {
+        Term::Product => (0..d).flat_map(|j| (0..=j).map(move |c| (j, c))).collect(),
+        _ => (0..d).map(|j| (j, j)).collect(),
+    };
     let mut scratch = Vec::new();
+    let mut scratch_y = Vec::new();
     let mut tree = vec![0.0; k];
     let mut rest = vec![0.0; k];
-    let mut column_centers = vec![0.0; k];
+    let mut centers_x = vec![0.0; k];
+    let mut centers_y = vec![0.0; k];
     let mut negative = false;
-    for j in 0..x.ncols() {
+    for (p, &(j, jy)) in outputs.iter().enumerate() {
         let col = crate::block::column(x, j, &mut scratch);
+        let col_y = if term == Term::Product {
+            crate::block::column(x, jy, &mut scratch_y)
+        } else {
+            col
+        };
         if let Some(c) = centers {
-            for (g, cg) in column_centers.iter_mut().enumerate() {
-                *cg = c[(g, j)];
+            for g in 0..k {
+                centers_x[g] = c[(g, j)];
+                centers_y[g] = c[(g, jy)];
             }
         }
         let (xv, _) = S::as_simd_f64s(&col[..whole]);
+        let (yv, _) = S::as_simd_f64s(&col_y[..whole]);
         let mut first = 0;
         while first < k {
             let count = (k - first).min(per_pass);
             let masks = &masks[first * vectors..(first + count) * vectors];
-            let mut c = [0.0; 8];
-            c[..count].copy_from_slice(&column_centers[first..first + count]);
+            let mut c = [[0.0; 8]; 2];
+            c[0][..count].copy_from_slice(&centers_x[first..first + count]);
+            c[1][..count].copy_from_slice(&centers_y[first..first + count]);
             let mut out = [0.0; 8];
-            negative |= match count {
-                1 => group_pass::<S, A, 1, SQUARE>(simd, xv, masks, &c, &mut out),
-                2 => group_pass::<S, A, 2, SQUARE>(simd, xv, masks, &c, &mut out),
-                3 => group_pass::<S, A, 3, SQUARE>(simd, xv, masks, &c, &mut out),
-                4 => group_pass::<S, A, 4, SQUARE>(simd, xv, masks, &c, &mut out),
-                5 => group_pass::<S, A, 5, SQUARE>(simd, xv, masks, &c, &mut out),
-                6 => group_pass::<S, A, 6, SQUARE>(simd, xv, masks, &c, &mut out),
-                7 => group_pass::<S, A, 7, SQUARE>(simd, xv, masks, &c, &mut out),
-                _ => group_pass::<S, A, 8, SQUARE>(simd, xv, masks, &c, &mut out),
+            let columns = (xv, yv);
+            negative |= match (count, term) {
+                (1, Term::Value) => group_pass::<S, A, 1, 0>(simd, columns, masks, &c, &mut out),
+                (2, Term::Value) => group_pass::<S, A, 2, 0>(simd, columns, masks, &c, &mut out),
+                (3, Term::Value) => group_pass::<S, A, 3, 0>(simd, columns, masks, &c, &mut out),
+                (4, Term::Value) => group_pass::<S, A, 4, 0>(simd, columns, masks, &c, &mut out),
+                (5, Term::Value) => group_pass::<S, A, 5, 0>(simd, columns, masks, &c, &mut out),
+                (6, Term::Value) => group_pass::<S, A, 6, 0>(simd, columns, masks, &c, &mut out),
+                (7, Term::Value) => group_pass::<S, A, 7, 0>(simd, columns, masks, &c, &mut out),
+                (_, Term::Value) => group_pass::<S, A, 8, 0>(simd, columns, masks, &c, &mut out),
+                (1, Term::Square) => group_pass::<S, A, 1, 1>(simd, columns, masks, &c, &mut out),
+                (2, Term::Square) => group_pass::<S, A, 2, 1>(simd, columns, masks, &c, &mut out),
+                (3, Term::Square) => group_pass::<S, A, 3, 1>(simd, columns, masks, &c, &mut out),
+                (4, Term::Square) => group_pass::<S, A, 4, 1>(simd, columns, masks, &c, &mut out),
+                (5, Term::Square) => group_pass::<S, A, 5, 1>(simd, columns, masks, &c, &mut out),
+                (6, Term::Square) => group_pass::<S, A, 6, 1>(simd, columns, masks, &c, &mut out),
+                (7, Term::Square) => group_pass::<S, A, 7, 1>(simd, columns, masks, &c, &mut out),
+                (_, Term::Square) => group_pass::<S, A, 8, 1>(simd, columns, masks, &c, &mut out),
+                (1, Term::Product) => group_pass::<S, A, 1, 2>(simd, columns, masks, &c, &mut out),
+                (2, Term::Product) => group_pass::<S, A, 2, 2>(simd, columns, masks, &c, &mut out),
+                (3, Term::Product) => group_pass::<S, A, 3, 2>(simd, columns, masks, &c, &mut out),
+                (_, Term::Product) => group_pass::<S, A, 4, 2>(simd, columns, masks, &c, &mut out),
             };
             tree[first..first + count].copy_from_slice(&out[..count]);
             first += count;
         }
         // The rows after the last whole 16, in order, after the tree.
         rest.fill(0.0);
-        for (&v, &g) in col[whole..n].iter().zip(&groups[whole..n]) {
-            negative |= !SQUARE && v < 0.0;
+        for ((&v, &w), &g) in col[whole..n]
+            .iter()
+            .zip(&col_y[whole..n])
+            .zip(&groups[whole..n])
+        {
+            negative |= term == Term::Value && v < 0.0;
             if let Some(r) = rest.get_mut(g) {
-                let c = column_centers[g];
-                *r += if SQUARE { (v - c) * (v - c) } else { v };
+                *r += match term {
+                    Term::Value => v,
+                    Term::Square => (v - centers_x[g]) * (v - centers_x[g]),
+                    Term::Product => (v - centers_x[g]) * (w - centers_y[g]),
+                };
             }
         }
         for g in 0..k {
-            sums[(g, j)] += tree[g] + rest[g];
+            sums[(g, p)] += tree[g] + rest[g];
         }
     }
     negative
 }
 
-/// One pass over a column's whole vectors for `G` groups (`masks`: G runs of one mask per
-/// vector; `centers[..G]`: their centres, used with `SQUARE`): each group's tree-combined sum
-/// into `out[..G]`. Returns whether a value is below 0 (sums only; false with `SQUARE`).
+/// One pass over a column's whole vectors (two columns' for a product) for `G` groups
+/// (`masks`: G runs of one mask per vector; `centers[0][..G]`, `centers[1][..G]`: their
+/// centres in the two columns): each group's tree-combined sum of `TERM` (0: x, 1: (x − c)²,
+/// 2: (x − c)(y − e)) into `out[..G]`. Returns whether a value is below 0 (sums only).
 #[inline(always)]
-fn group_pass<S: Simd, const A: usize, const G: usize, const SQUARE: bool>(
+fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
     simd: S,
-    xv: &[S::f64s],
+    (xv, yv): (&[S::f64s], &[S::f64s]),
     masks: &[S::m64s],
-    centers: &[f64; 8],
+    centers: &[[f64; 8]; 2],
     out: &mut [f64; 8],
 ) -> bool {
     let zero = simd.splat_f64s(0.0);
     let vectors = xv.len();
     let by_group: [&[S::m64s]; G] = std::array::from_fn(|g| &masks[g * vectors..][..vectors]);
-    let cv: [S::f64s; G] = std::array::from_fn(|g| simd.splat_f64s(centers[g]));
+    let cv: [S::f64s; G] = std::array::from_fn(|g| simd.splat_f64s(centers[0][g]));
+    let ev: [S::f64s; G] = std::array::from_fn(|g| simd.splat_f64s(centers[1][g]));
     let mut acc = [[zero; A]; G];
     let mut negative = simd.less_than_f64s(zero, zero);
-    for (b, xb) in xv.chunks_exact(A).enumerate() {
+    for (b, (xb, yb)) in xv.chunks_exact(A).zip(yv.chunks_exact(A)).enumerate() {
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
         for a in 0..A {
             let v = xb[a];
-            if !SQUARE {
+            if TERM == 0 {
                 negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
             }
             for g in 0..G {
-                let t = if SQUARE {
-                    let delta = simd.sub_f64s(v, cv[g]);
-                    simd.mul_f64s(delta, delta)
-                } else {
-                    v
+                let t = match TERM {
+                    0 => v,
+                    1 => {
+                        let delta = simd.sub_f64s(v, cv[g]);
+                        simd.mul_f64s(delta, delta)
+                    }
+                    _ => simd.mul_f64s(simd.sub_f64s(v, cv[g]), simd.sub_f64s(yb[a], ev[g])),
                 };
                 acc[g][a] = simd.add_f64s(acc[g][a], simd.select_f64s(mb[g][a], t, zero));
             }
@@ -552,25 +640,28 @@ mod tests {
     }
 
     /// The widest instruction set, AVX2 where present and the scalar path give the same bits,
-    /// for column-major and row-major blocks, with and without centres.
+    /// for column-major and row-major blocks: sums, squares and cross products.
     #[test]
     fn grouped_sums_give_the_same_bits_on_every_instruction_set() {
-        /// Sums (or, with centres, squares) on one path, for `k` groups.
+        /// Sums (or, with centres, squares or cross products) on one path, for `k` groups.
         fn on<F>(
             x: faer::MatRef<'_, f64>,
             groups: &[usize],
             centers: Option<faer::MatRef<'_, f64>>,
+            cross: bool,
             k: usize,
             run: F,
         ) -> (faer::Mat<f64>, bool)
         where
             F: FnOnce(Grouped<'_>) -> bool,
         {
-            let mut sums = faer::Mat::zeros(k, x.ncols());
+            let d = x.ncols();
+            let mut sums = faer::Mat::zeros(k, if cross { d * (d + 1) / 2 } else { d });
             let negative = run(Grouped {
                 x,
                 groups,
                 centers,
+                cross,
                 sums: sums.as_mut(),
             });
             (sums, negative)
@@ -586,20 +677,24 @@ mod tests {
             for k in [2, 3, 10] {
                 let groups = group_ids(n, k);
                 let centers = faer::Mat::from_fn(k, 3, |g, j| 0.1 * g as f64 - 0.3 * j as f64);
-                for c in [None, Some(centers.as_ref())] {
-                    let scalar = on(col_major.as_ref(), &groups, c, k, |a| {
+                for (c, cross) in [
+                    (None, false),
+                    (Some(centers.as_ref()), false),
+                    (Some(centers.as_ref()), true),
+                ] {
+                    let scalar = on(col_major.as_ref(), &groups, c, cross, k, |a| {
                         pulp::WithSimd::with_simd(a, pulp::Scalar::new())
                     });
                     let mut paths = vec![
                         (
                             "widest",
-                            on(col_major.as_ref(), &groups, c, k, |a| {
+                            on(col_major.as_ref(), &groups, c, cross, k, |a| {
                                 pulp::Arch::new().dispatch(a)
                             }),
                         ),
                         (
                             "widest, row-major",
-                            on(row_major.transpose(), &groups, c, k, |a| {
+                            on(row_major.transpose(), &groups, c, cross, k, |a| {
                                 pulp::Arch::new().dispatch(a)
                             }),
                         ),
@@ -608,15 +703,18 @@ mod tests {
                     if let Some(v3) = pulp::x86::V3::try_new() {
                         paths.push((
                             "avx2",
-                            on(col_major.as_ref(), &groups, c, k, |a| {
+                            on(col_major.as_ref(), &groups, c, cross, k, |a| {
                                 v3.vectorize(|| pulp::WithSimd::with_simd(a, v3))
                             }),
                         ));
                     }
                     for (path, got) in paths {
-                        let what = format!("{path}, n = {n}, k = {k}, centres {}", c.is_some());
+                        let what = format!(
+                            "{path}, n = {n}, k = {k}, centres {}, cross {cross}",
+                            c.is_some()
+                        );
                         assert_eq!(got.1, scalar.1, "{what}");
-                        for j in 0..3 {
+                        for j in 0..scalar.0.ncols() {
                             for g in 0..k {
                                 assert_eq!(
                                     got.0[(g, j)].to_bits(),
@@ -625,6 +723,57 @@ mod tests {
                                 );
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each group's cross products match a compensated reference for every pair of columns,
+    /// and the diagonal pairs are `grouped_sums_sq`'s bits.
+    #[test]
+    fn grouped_cross_products_match_a_reference_and_the_squares() {
+        for n in [0, 1, 15, 16, 17, 100, 4099] {
+            let (x, w) = data(n);
+            let d = 3;
+            let m = faer::Mat::from_fn(n, d, |i, j| match j {
+                0 => x[i],
+                1 => w[i] * 40.0 - 7.0,
+                _ => x[i] * w[i] + 1e3,
+            });
+            for k in [1, 2, 3, 4, 5, 9] {
+                let groups = group_ids(n, k);
+                let centers = faer::Mat::from_fn(k, d, |g, j| 0.2 * g as f64 + [2.9, 13.0, 1e3][j]);
+                let pairs = d * (d + 1) / 2;
+                let mut cross = faer::Mat::from_fn(k, pairs, |g, p| (g + p) as f64);
+                grouped_cross_products(m.as_ref(), &groups, centers.as_ref(), cross.as_mut());
+                let mut squares = faer::Mat::from_fn(k, d, |g, j| (g + j * (j + 3) / 2) as f64);
+                grouped_sums_sq(m.as_ref(), &groups, centers.as_ref(), squares.as_mut());
+                for g in 0..k {
+                    let rows: Vec<usize> = (0..n).filter(|&i| groups[i] == g).collect();
+                    for j in 0..d {
+                        for c in 0..=j {
+                            let p = j * (j + 1) / 2 + c;
+                            let terms: Vec<f64> = rows
+                                .iter()
+                                .map(|&i| {
+                                    (m[(i, j)] - centers[(g, j)]) * (m[(i, c)] - centers[(g, c)])
+                                })
+                                .collect();
+                            let want = reference(None, &terms, 0.0, false) + (g + p) as f64;
+                            let got = cross[(g, p)];
+                            let tol = 1e-12 * (1.0 + want.abs());
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "n = {n}, k = {k}, group {g}, pair ({j}, {c}): {got} vs {want}"
+                            );
+                        }
+                        let p = j * (j + 1) / 2 + j;
+                        assert_eq!(
+                            cross[(g, p)].to_bits(),
+                            squares[(g, j)].to_bits(),
+                            "n = {n}, k = {k}, group {g}, column {j}"
+                        );
                     }
                 }
             }

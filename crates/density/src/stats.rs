@@ -74,6 +74,32 @@ impl SufficientStats {
         }
     }
 
+    /// Full statistics from their parts: the total weight, the mean and the lower triangle of
+    /// Σ w (x − mean)(x − mean)ᵀ packed row by row (entry (j, k), k ≤ j, at j(j + 1)/2 + k, as
+    /// [`crate::moments::grouped_cross_products`] gives it for a class). Zero weight (an empty
+    /// class) keeps a zero mean and scatter.
+    pub fn full_from_packed(weight: f64, mean: Vec<f64>, lower: &[f64]) -> Self {
+        let d = mean.len();
+        debug_assert_eq!(lower.len(), d * (d + 1) / 2);
+        if weight <= 0.0 {
+            return Self::new(d, ScatterKind::Full);
+        }
+        let mut scatter = vec![0.0; d * d];
+        for j in 0..d {
+            for k in 0..=j {
+                let v = lower[j * (j + 1) / 2 + k];
+                scatter[k * d + j] = v;
+                scatter[j * d + k] = v;
+            }
+        }
+        Self {
+            kind: ScatterKind::Full,
+            weight,
+            mean,
+            scatter,
+        }
+    }
+
     /// Number of features d.
     pub fn n_features(&self) -> usize {
         self.mean.len()

@@ -202,19 +202,57 @@ impl LinearDiscriminant {
 /// at K = 2, the copy at K = 10).
 const IN_PLACE_MAX_CLASSES: usize = 2;
 
-/// The diagonal statistics of each class's rows of `x` (`labels[i] < k`, weight one each).
-fn diagonal_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<SufficientStats> {
-    let d = x.ncols();
-    let mut counts = vec![0usize; k];
-    for &l in labels {
-        counts[l] += 1;
-    }
-    let mut sums = Mat::zeros(k, d);
+/// Up to this many classes, and this many masked products per row (K · d(d + 1)/2), a labeled
+/// full-covariance fit sums each class's products of deviations by mask instead of grouping
+/// the rows and copying each class's out. Measured (1e6 rows): faster at d = 2 with K = 2 and
+/// 4 (QDA 4.1 → 2.5 ms at K = 2) and at d = 4, K = 2; no faster at d = 4, K = 4 (40 products),
+/// and at d = 2, K = 10 nearly twice as slow (ten masks per row vector to build and apply).
+const MASKED_MAX_CLASSES: usize = 4;
+const MASKED_MAX_PRODUCTS: usize = 20;
+
+/// Each class's row count and mean (`labels[i] < k`, weight one each).
+fn class_counts_and_means(
+    x: MatRef<'_, f64>,
+    labels: &[usize],
+    k: usize,
+) -> (Vec<usize>, Mat<f64>) {
+    // One comparison pass per class (it vectorises) rather than `counts[label] += 1`, whose
+    // steps wait on each other's stores when neighbouring rows share a class.
+    let counts: Vec<usize> = (0..k)
+        .map(|c| labels.iter().map(|&l| usize::from(l == c)).sum())
+        .collect();
+    let mut sums = Mat::zeros(k, x.ncols());
     density::moments::grouped_sums(x, labels, sums.as_mut());
-    let means = Mat::from_fn(k, d, |c, j| match counts[c] {
+    let means = Mat::from_fn(k, x.ncols(), |c, j| match counts[c] {
         0 => 0.0,
         n => sums[(c, j)] / n as f64,
     });
+    (counts, means)
+}
+
+/// The full statistics of each class's rows of `x` (`labels[i] < k`, weight one each), centred
+/// at the exact class means, by mask: no grouping and no copy.
+fn full_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<SufficientStats> {
+    let d = x.ncols();
+    let (counts, means) = class_counts_and_means(x, labels, k);
+    let mut lower = Mat::zeros(k, d * (d + 1) / 2);
+    density::moments::grouped_cross_products(x, labels, means.as_ref(), lower.as_mut());
+    (0..k)
+        .map(|c| {
+            let packed: Vec<f64> = lower.row(c).iter().copied().collect();
+            SufficientStats::full_from_packed(
+                counts[c] as f64,
+                means.row(c).iter().copied().collect(),
+                &packed,
+            )
+        })
+        .collect()
+}
+
+/// The diagonal statistics of each class's rows of `x` (`labels[i] < k`, weight one each).
+fn diagonal_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<SufficientStats> {
+    let d = x.ncols();
+    let (counts, means) = class_counts_and_means(x, labels, k);
     let mut scatter = Mat::zeros(k, d);
     density::moments::grouped_sums_sq(x, labels, means.as_ref(), scatter.as_mut());
     (0..k)
@@ -247,6 +285,15 @@ impl WeightedFit for Checked<GaussianParams> {
                 && k <= IN_PLACE_MAX_CLASSES
             {
                 return Ok(diagonal_class_stats(chunk.x, labels, k));
+            }
+            // Full statistics of labeled rows with few features and few classes: the same two
+            // passes, each class's products of deviations by mask.
+            if let Some(labels) = chunk.labels
+                && kind == ScatterKind::Full
+                && k <= MASKED_MAX_CLASSES
+                && k * d * (d + 1) / 2 <= MASKED_MAX_PRODUCTS
+            {
+                return Ok(full_class_stats(chunk.x, labels, k));
             }
             let mut buffer = Vec::new();
             let mut w_buf = Vec::new();

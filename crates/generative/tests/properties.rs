@@ -609,20 +609,28 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
             b.log_joint(x.as_ref()).unwrap(),
         );
     }
-    // Two classes take the path that reads each class's rows in place (diagonal structures:
-    // masked SIMD sums per class, `density::moments::grouped_sums`); more classes copy the
-    // chunk in class order first.
+    // Every way a labeled Gaussian fit reads its classes' rows. At d = 3: full structures sum
+    // each class's products by mask (`density::moments::grouped_cross_products`) for 2 and 3
+    // classes, diagonal ones for 2 (`grouped_sums_sq`) and copy the chunk in class order for 3.
+    // At d = 8, full structures read each class's rows in place for 2 classes and copy the
+    // chunk in class order for 3.
     let y2: Vec<usize> = y.iter().map(|&l| l.min(1)).collect();
     let r2 = one_hot(&y2, 2).unwrap();
+    let (x8, _) = gaussian_data(10_000, 8, 3, 23);
+    let x8_rows = x8.transpose().to_owned();
     for s in structures() {
         let spec = GaussianParams::with_structure(s).check().unwrap();
-        for xv in [x.as_ref(), x_rows.transpose()] {
-            let a = spec.fit(xv, &y2, 2).unwrap();
-            let b = spec.fit_weighted(x.as_ref(), r2.as_ref()).unwrap();
-            close(
-                a.log_joint(x.as_ref()).unwrap(),
-                b.log_joint(x.as_ref()).unwrap(),
-            );
+        for (x, x_rows) in [(&x, &x_rows), (&x8, &x8_rows)] {
+            for (labels, r, k) in [(&y2, &r2, 2), (&y, &r, 3)] {
+                for xv in [x.as_ref(), x_rows.transpose()] {
+                    let a = spec.fit(xv, labels, k).unwrap();
+                    let b = spec.fit_weighted(x.as_ref(), r.as_ref()).unwrap();
+                    close(
+                        a.log_joint(x.as_ref()).unwrap(),
+                        b.log_joint(x.as_ref()).unwrap(),
+                    );
+                }
+            }
         }
     }
     let counts = Mat::from_fn(10_000, 3, |i, j| x[(i, j)].abs().round());
