@@ -58,9 +58,7 @@ pub(crate) fn mean_and_scatter(
     scratch: &mut Vec<f64>,
 ) {
     pulp::Arch::new().dispatch(Kernel {
-        x,
-        rows,
-        weights,
+        source: Source::Rows { x, rows, weights },
         total,
         mean,
         scatter,
@@ -68,15 +66,311 @@ pub(crate) fn mean_and_scatter(
     });
 }
 
+/// The rows of a few classes split out of a block in one pass, into the scatter kernel's own
+/// format: one column-major buffer, each class a run of rows padded with zeros to a multiple
+/// of 8, every column the same stride, on 64-byte boundaries. Each class's mean and scatter
+/// ([`ClassBlocks::mean_and_scatter`]) are then computed in place, with no further copy.
+///
+/// Why: reading a class's rows of a column-major block by index costs a load of the index, a
+/// load of the value and a store per value, and each class's pass reads every cache line of the
+/// column again. At d = 16 and 64 with two classes that copy took about half of the scatter
+/// kernel's time. With AVX-512, each column is read once, eight rows at a time, and each class's
+/// values are packed out of the eight by its mask (`vcompresspd`): one load, one pack and one
+/// store per class and eight values.
+#[derive(Debug, Default)]
+pub struct ClassBlocks {
+    buf: Vec<f64>,
+    /// Rows per column (the sum of the classes' padded rows).
+    stride: usize,
+    /// Columns (d, rounded up to whole tiles; the extra ones are zero).
+    cols: usize,
+    d: usize,
+    /// Each class's first row in the buffer and its number of rows.
+    classes: Vec<(usize, usize)>,
+    /// Per class and group of 8 rows, the rows of the group in the class (bit i: row 8b + i).
+    masks: Vec<u8>,
+}
+
+/// Rows per class in [`ClassBlocks`] are padded to a multiple of this: whole vectors of any
+/// width up to AVX-512's, and each class's rows on a 64-byte boundary.
+const CLASS_ROWS_MULTIPLE: usize = 8;
+
+impl ClassBlocks {
+    /// Empty blocks, to be filled by [`ClassBlocks::split`] (and reused).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Splits the rows of `x` (any layout) by `labels` (one per row, each < `k`) into `k`
+    /// classes, each class's rows in their order in `x`. Returns whether every value of `x` is
+    /// finite: the split reads each value once, so a caller can skip a separate pass that
+    /// checks them (which, on a block larger than the cache, would read it from memory twice).
+    pub fn split(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
+        let (n, d) = (x.nrows().min(labels.len()), x.ncols());
+        let labels = &labels[..n];
+        self.d = d;
+        self.cols = d.div_ceil(TILE_J) * TILE_J;
+        self.classes.clear();
+        let mut stride = 0;
+        for c in 0..k {
+            let len: usize = labels.iter().map(|&l| usize::from(l == c)).sum();
+            self.classes.push((stride, len));
+            // A gap of one vector after each class's padding: a packed store may run up to 7
+            // values past the class's last row, and must not reach the next class's rows,
+            // which may already be written.
+            stride += len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE + CLASS_ROWS_MULTIPLE;
+        }
+        self.stride = stride;
+        let len = self.cols * stride;
+        let block = crate::block::aligned_prefix(&mut self.buf, len);
+        block[d * stride..].fill(0.0);
+        let mut finite = true;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            let (whole, masks) = (n / 8 * 8, &mut self.masks);
+            masks.clear();
+            for c in 0..k {
+                masks.extend(labels[..whole].chunks_exact(8).map(|g| {
+                    g.iter()
+                        .enumerate()
+                        .fold(0u8, |m, (i, &l)| m | (u8::from(l == c) << i))
+                }));
+            }
+            let classes = &self.classes;
+            for j in 0..d {
+                let col = &mut block[j * stride..(j + 1) * stride];
+                finite &= match x.col(j).try_as_col_major() {
+                    Some(src) => {
+                        let src = src.as_slice();
+                        simd.vectorize(
+                            #[inline(always)]
+                            || split_column_v4(simd, src, labels, masks, classes, col),
+                        )
+                    }
+                    None => split_column(|r| x[(r, j)], labels, classes, col),
+                };
+            }
+            return finite;
+        }
+        for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
+            finite &= split_column(|r| x[(r, j)], labels, &self.classes, col);
+        }
+        finite
+    }
+
+    /// As [`ClassBlocks::split`], for any number of classes, from the rows of `x` listed class
+    /// by class: class c is `order[start..start + len]` for its `(start, len)` in `ranges`.
+    /// Returns whether every value of those rows is finite.
+    pub fn split_by_order(
+        &mut self,
+        x: MatRef<'_, f64>,
+        order: &[usize],
+        ranges: &[(usize, usize)],
+    ) -> bool {
+        let d = x.ncols();
+        self.d = d;
+        self.cols = d.div_ceil(TILE_J) * TILE_J;
+        self.classes.clear();
+        let mut stride = 0;
+        for &(_, len) in ranges {
+            self.classes.push((stride, len));
+            stride += len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE + CLASS_ROWS_MULTIPLE;
+        }
+        self.stride = stride;
+        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
+        block[d * stride..].fill(0.0);
+        let mut finite = true;
+        for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
+            finite &= match x.col(j).try_as_col_major() {
+                Some(src) => {
+                    // The column is first read in order, with SIMD, for the finiteness check:
+                    // that streams it from memory at full speed and leaves it in L1 for the
+                    // copy by index, whose scattered reads would otherwise each wait on memory.
+                    let src = src.as_slice();
+                    let finite = pulp::Arch::new().dispatch(
+                        #[inline(always)]
+                        || src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY)),
+                    );
+                    place_by_order(|r| src[r], order, ranges, &self.classes, col);
+                    finite
+                }
+                None => {
+                    place_by_order(|r| x[(r, j)], order, ranges, &self.classes, col);
+                    let listed = ranges
+                        .iter()
+                        .flat_map(|&(start, len)| &order[start..start + len]);
+                    listed.fold(true, |a, &r| a & (x[(r, j)].abs() < f64::INFINITY))
+                }
+            };
+        }
+        finite
+    }
+
+    /// Number of rows of class `c`.
+    pub fn class_len(&self, c: usize) -> usize {
+        self.classes.get(c).map_or(0, |&(_, n)| n)
+    }
+
+    /// The mean and scatter (d × d column-major, both triangles) of class `c`'s rows, each of
+    /// weight one: the bits [`mean_and_scatter_of_rows`] gives for the same rows. The class's
+    /// rows are centred in place, so this is called once per split. `scratch` is reused
+    /// between calls. An empty class gives zeros.
+    pub fn mean_and_scatter(
+        &mut self,
+        c: usize,
+        mean: &mut [f64],
+        scatter: &mut [f64],
+        scratch: &mut Vec<f64>,
+    ) {
+        let (first, n) = self.classes[c];
+        mean.fill(0.0);
+        scatter.fill(0.0);
+        if n == 0 {
+            return;
+        }
+        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
+        pulp::Arch::new().dispatch(Kernel {
+            source: Source::Block {
+                y: &mut block[first..],
+                stride: self.stride,
+                n,
+                d: self.d,
+            },
+            total: n as f64,
+            mean,
+            scatter,
+            scratch,
+        });
+    }
+}
+
+/// One column of [`ClassBlocks`], one row at a time: `value(r)` for row r goes to the next
+/// free row of its class; then each class's padding is zeroed. Returns whether every value
+/// is finite.
+#[inline(always)]
+fn split_column(
+    value: impl Fn(usize) -> f64,
+    labels: &[usize],
+    classes: &[(usize, usize)],
+    col: &mut [f64],
+) -> bool {
+    let mut next: Vec<usize> = classes.iter().map(|&(first, _)| first).collect();
+    let mut finite = true;
+    for (r, &l) in labels.iter().enumerate() {
+        let v = value(r);
+        finite &= v.abs() < f64::INFINITY;
+        if let Some(p) = next.get_mut(l) {
+            col[*p] = v;
+            *p += 1;
+        }
+    }
+    zero_padding(classes, col);
+    finite
+}
+
+/// One column of [`ClassBlocks::split_by_order`]: class by class, `value(r)` for its rows r,
+/// then zeros to its padded length.
+#[inline(always)]
+fn place_by_order(
+    value: impl Fn(usize) -> f64,
+    order: &[usize],
+    ranges: &[(usize, usize)],
+    classes: &[(usize, usize)],
+    col: &mut [f64],
+) {
+    for (&(start, len), &(first, _)) in ranges.iter().zip(classes) {
+        let dst = &mut col[first..first + len];
+        for (o, &r) in dst.iter_mut().zip(&order[start..start + len]) {
+            *o = value(r);
+        }
+    }
+    zero_padding(classes, col);
+}
+
+/// Zeros each class's padding rows in a column of [`ClassBlocks`].
+#[inline(always)]
+fn zero_padding(classes: &[(usize, usize)], col: &mut [f64]) {
+    for &(first, len) in classes {
+        let padded = len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+        col[first + len..first + padded].fill(0.0);
+    }
+}
+
+/// [`split_column`] with AVX-512 for a contiguous column `src`: eight rows at a time, each
+/// class's values packed to the front of a vector by its mask (`masks`: per class, one per
+/// group of eight rows) and stored whole at the class's next free row (the up to 7 values past
+/// it land in the class's padding or the gap after it); the rows after the last whole eight one
+/// at a time.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn split_column_v4(
+    simd: pulp::x86::V4,
+    src: &[f64],
+    labels: &[usize],
+    masks: &[u8],
+    classes: &[(usize, usize)],
+    col: &mut [f64],
+) -> bool {
+    let groups = src.len() / 8;
+    let mut next = [0usize; MAX_PACKED_CLASSES];
+    let k = classes.len().min(MAX_PACKED_CLASSES);
+    for (c, &(first, _)) in classes.iter().take(k).enumerate() {
+        next[c] = first;
+    }
+    let (vectors, _) = <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(&src[..groups * 8]);
+    use pulp::Simd;
+    let infinity = simd.splat_f64s(f64::INFINITY);
+    let zero = simd.splat_f64s(0.0);
+    let mut finite = simd.less_than_or_equal_f64s(zero, zero);
+    for (b, &v) in vectors.iter().enumerate() {
+        finite = simd.and_m64s(finite, simd.less_than_f64s(simd.abs_f64s(v), infinity));
+        for c in 0..k {
+            let m = masks[c * groups + b];
+            let packed: [f64; 8] =
+                pulp::cast(simd.avx512f._mm512_maskz_compress_pd(m, pulp::cast(v)));
+            col[next[c]..next[c] + 8].copy_from_slice(&packed);
+            next[c] += m.count_ones() as usize;
+        }
+    }
+    let mut tail_finite = true;
+    for (r, &l) in labels.iter().enumerate().skip(groups * 8) {
+        tail_finite &= src[r].abs() < f64::INFINITY;
+        if l < k {
+            col[next[l]] = src[r];
+            next[l] += 1;
+        }
+    }
+    zero_padding(classes, col);
+    finite.0 == u8::MAX && tail_finite
+}
+
+/// Classes [`ClassBlocks`] packs with AVX-512; the caller keeps more classes out of it.
+pub const MAX_PACKED_CLASSES: usize = 4;
+
 /// Columns per tile row (the tile's "j" side); the "k" side is 4 or 2 by register count.
 const TILE_J: usize = 4;
 
+/// Where the kernel's rows come from.
+enum Source<'a> {
+    /// Rows of `x` (all, or `rows`), with `weights` (one each when `None`), copied into the
+    /// kernel's block first.
+    Rows {
+        x: MatRef<'a, f64>,
+        rows: Option<&'a [usize]>,
+        weights: Option<&'a [f64]>,
+    },
+    /// A class of [`ClassBlocks`]: column j is `y[j · stride..]`, its first `n` rows the class's
+    /// (weight one each), then zeros to a whole number of vectors.
+    Block {
+        y: &'a mut [f64],
+        stride: usize,
+        n: usize,
+        d: usize,
+    },
+}
+
 struct Kernel<'a> {
-    x: MatRef<'a, f64>,
-    /// Selected rows (all when `None`).
-    rows: Option<&'a [usize]>,
-    /// Weights of the selected rows (one each when `None`).
-    weights: Option<&'a [f64]>,
+    source: Source<'a>,
     total: f64,
     mean: &'a mut [f64],
     scatter: &'a mut [f64],
@@ -89,45 +383,80 @@ impl pulp::WithSimd for Kernel<'_> {
     #[inline(always)]
     fn with_simd<S: pulp::Simd>(self, simd: S) {
         let Kernel {
-            x,
-            rows: selected,
-            weights,
+            source,
             total,
             mean,
             scatter,
             scratch,
         } = self;
-        let (n, d) = (selected.map_or(x.nrows(), <[usize]>::len), x.ncols());
-        debug_assert_eq!(mean.len(), d);
-        debug_assert_eq!(scatter.len(), d * d);
-        // Rows padded to whole vectors, columns to whole tiles; padding rows have weight 0 and
-        // padding columns are 0, so neither adds anything. Every element of the block is written
-        // below, so the buffer is only zeroed when it grows.
-        let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
-        let cols = d.div_ceil(TILE_J) * TILE_J;
-        let need = (cols + 1) * rows;
-        let (y, w) = crate::block::aligned_prefix(scratch, need).split_at_mut(cols * rows);
-        match weights {
-            Some(weights) => w[..n].copy_from_slice(weights),
-            None => w[..n].fill(1.0),
+        match source {
+            Source::Rows {
+                x,
+                rows: selected,
+                weights,
+            } => {
+                let (n, d) = (selected.map_or(x.nrows(), <[usize]>::len), x.ncols());
+                // Rows padded to whole vectors, columns to whole tiles; padding rows have
+                // weight 0 and padding columns are 0, so neither adds anything. Every element
+                // of the block is written below, so the buffer is only zeroed when it grows.
+                let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+                let cols = d.div_ceil(TILE_J) * TILE_J;
+                let need = (cols + 1) * rows;
+                let (y, w) = crate::block::aligned_prefix(scratch, need).split_at_mut(cols * rows);
+                match weights {
+                    Some(weights) => w[..n].copy_from_slice(weights),
+                    None => w[..n].fill(1.0),
+                }
+                w[n..].fill(0.0);
+                y[d * rows..].fill(0.0);
+                crate::block::gather_columns(x, selected, None, rows, y);
+                let unit = weights.is_none();
+                centre_and_scatter(simd, y, rows, w, n, d, unit, total, mean, scatter);
+            }
+            Source::Block { y, stride, n, d } => {
+                let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+                let w = crate::block::aligned_prefix(scratch, rows);
+                w[..n].fill(1.0);
+                w[n..].fill(0.0);
+                centre_and_scatter(simd, y, stride, w, n, d, true, total, mean, scatter);
+            }
         }
-        w[n..].fill(0.0);
-        y[d * rows..].fill(0.0);
-        crate::block::gather_columns(x, selected, None, rows, y);
-        let (wv, _) = S::as_simd_f64s(w);
-        for (j, m) in mean.iter_mut().enumerate() {
-            let col = &mut y[j * rows..(j + 1) * rows];
-            let (yv, _) = S::as_simd_f64s(col);
-            *m = weighted_sum(simd, wv, yv) / total;
-            let c = *m;
-            col[..n].iter_mut().for_each(|v| *v -= c);
-        }
-        match (S::REGISTER_COUNT >= 32, weights.is_none()) {
-            (true, false) => tiles::<S, 4, false>(simd, y, wv, rows, d, cols, scatter),
-            (true, true) => tiles::<S, 4, true>(simd, y, wv, rows, d, cols, scatter),
-            (false, false) => tiles::<S, 2, false>(simd, y, wv, rows, d, cols, scatter),
-            (false, true) => tiles::<S, 2, true>(simd, y, wv, rows, d, cols, scatter),
-        }
+    }
+}
+
+/// The mean of a block's `n` rows (column j at `y[j · stride..]`, `w.len()` rows of it read,
+/// those past `n` zero with weight zero), the block centred at it in place, and the scatter.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn centre_and_scatter<S: pulp::Simd>(
+    simd: S,
+    y: &mut [f64],
+    stride: usize,
+    w: &[f64],
+    n: usize,
+    d: usize,
+    unit: bool,
+    total: f64,
+    mean: &mut [f64],
+    scatter: &mut [f64],
+) {
+    debug_assert_eq!(mean.len(), d);
+    debug_assert_eq!(scatter.len(), d * d);
+    let rows = w.len();
+    let cols = d.div_ceil(TILE_J) * TILE_J;
+    let (wv, _) = S::as_simd_f64s(w);
+    for (j, m) in mean.iter_mut().enumerate() {
+        let col = &mut y[j * stride..j * stride + rows];
+        let (yv, _) = S::as_simd_f64s(col);
+        *m = weighted_sum(simd, wv, yv) / total;
+        let c = *m;
+        col[..n].iter_mut().for_each(|v| *v -= c);
+    }
+    match (S::REGISTER_COUNT >= 32, unit) {
+        (true, false) => tiles::<S, 4, false>(simd, y, wv, stride, d, cols, scatter),
+        (true, true) => tiles::<S, 4, true>(simd, y, wv, stride, d, cols, scatter),
+        (false, false) => tiles::<S, 2, false>(simd, y, wv, stride, d, cols, scatter),
+        (false, true) => tiles::<S, 2, true>(simd, y, wv, stride, d, cols, scatter),
     }
 }
 
@@ -156,19 +485,21 @@ fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
 /// change the result.
 const PASS_ROWS: usize = 128;
 
-/// The lower triangle of Σ_t w_t y_t y_tᵀ in TILE_J × TK register tiles, mirrored into `out`.
+/// The lower triangle of Σ_t w_t y_t y_tᵀ in TILE_J × TK register tiles, mirrored into `out`
+/// (column j of y at `y[j · stride..]`, as many rows as `w` has lanes).
 /// `UNIT`: every weight is one (or zero on padding rows, where y is zero), so w is not read.
 #[inline(always)]
 fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     simd: S,
     y: &[f64],
     w: &[S::f64s],
-    rows: usize,
+    stride: usize,
     d: usize,
     cols: usize,
     out: &mut [f64],
 ) {
-    let column = |j: usize| S::as_simd_f64s(&y[j * rows..(j + 1) * rows]).0;
+    let rows = w.len() * S::F64_LANES;
+    let column = |j: usize| S::as_simd_f64s(&y[j * stride..j * stride + rows]).0;
     let zero = simd.splat_f64s(0.0);
     // The tiles of the lower triangle, in a fixed order, with their accumulators.
     let tile_list: Vec<(usize, usize)> = (0..cols)
@@ -332,6 +663,95 @@ mod tests {
                     &mut scratch,
                 );
                 check(&mean, &s, &format!("rows, layout {which}, {weights:?}"));
+            }
+        }
+    }
+
+    /// Each class of `ClassBlocks` gives the bits of `mean_and_scatter_of_rows` on the same
+    /// rows, for every layout, chunk length (whole groups of 8 rows and a tail), class count
+    /// (an empty class included) and width; `split` says whether every value is finite.
+    #[test]
+    fn class_blocks_give_the_bits_of_the_rows_read_by_index() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut scratch = Vec::new();
+        let mut blocks = ClassBlocks::new();
+        for d in [1usize, 3, 4, 9, 16] {
+            for n in [1usize, 7, 8, 9, 100, 1029] {
+                let mut g = || -> f64 { StandardNormal.sample(&mut rng) };
+                let x = Mat::from_fn(n, d, |_, j| 1e3 + j as f64 + g());
+                for (k, by_order) in (1..=MAX_PACKED_CLASSES)
+                    .flat_map(|k| [(k, false), (k, true)])
+                    .chain([(7, true)])
+                {
+                    // Class k − 1 is empty when k > 1; the others in an uneven pattern.
+                    let labels: Vec<usize> = (0..n)
+                        .map(|i| if k == 1 { 0 } else { (i * 7 + i / 5) % (k - 1) })
+                        .collect();
+                    let order: Vec<usize> = (0..k)
+                        .flat_map(|c| (0..n).filter(|&i| labels[i] == c).collect::<Vec<_>>())
+                        .collect();
+                    let mut ranges = Vec::new();
+                    for c in 0..k {
+                        let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
+                        ranges.push((start, labels.iter().filter(|&&l| l == c).count()));
+                    }
+                    let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+                    for (which, view) in layouts.views(x.as_ref()).into_iter().enumerate() {
+                        if by_order {
+                            assert!(blocks.split_by_order(view, &order, &ranges));
+                        } else {
+                            assert!(blocks.split(view, &labels, k));
+                        }
+                        for c in 0..k {
+                            let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == c).collect();
+                            assert_eq!(blocks.class_len(c), rows.len());
+                            let mut want = (vec![0.0; d], vec![0.0; d * d]);
+                            if !rows.is_empty() {
+                                let total = rows.len() as f64;
+                                let (m, sc) = (&mut want.0, &mut want.1);
+                                mean_and_scatter_of_rows(
+                                    view,
+                                    &rows,
+                                    None,
+                                    total,
+                                    m,
+                                    sc,
+                                    &mut scratch,
+                                );
+                            }
+                            let mut got = (vec![f64::NAN; d], vec![f64::NAN; d * d]);
+                            blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
+                            let what = format!(
+                                "d={d} n={n} k={k} by order {by_order} layout={which} class {c}"
+                            );
+                            for (a, b) in
+                                got.0.iter().chain(&got.1).zip(want.0.iter().chain(&want.1))
+                            {
+                                assert_eq!(a.to_bits(), b.to_bits(), "{what}");
+                            }
+                        }
+                    }
+                }
+                // A non-finite value anywhere, in the whole groups of 8 or the tail, is seen.
+                for (row, v) in [
+                    (0, f64::NAN),
+                    (n - 1, f64::INFINITY),
+                    (n / 2, f64::NEG_INFINITY),
+                ] {
+                    let mut bad = x.clone();
+                    bad[(row, d - 1)] = v;
+                    let labels = vec![0usize; n];
+                    let layouts = crate::test_layouts::Layouts::new(bad.as_ref());
+                    let order: Vec<usize> = (0..n).collect();
+                    for view in layouts.views(bad.as_ref()) {
+                        assert!(
+                            !blocks.split(view, &labels, 2),
+                            "d={d} n={n} row {row}: {v}"
+                        );
+                        let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
+                        assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
+                    }
+                }
             }
         }
     }

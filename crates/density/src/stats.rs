@@ -210,6 +210,19 @@ impl SufficientStats {
         self.accumulate_body(x, Some(rows), None, buffer);
     }
 
+    /// Replaces `self` (full statistics) by the statistics of class `c`'s rows of `blocks`, each
+    /// of weight one: the bits [`SufficientStats::accumulate_subset`] gives for the same rows.
+    pub fn accumulate_class(
+        &mut self,
+        blocks: &mut crate::scatter::ClassBlocks,
+        c: usize,
+        buffer: &mut Vec<f64>,
+    ) {
+        debug_assert_eq!(self.kind, ScatterKind::Full);
+        self.weight = blocks.class_len(c) as f64;
+        blocks.mean_and_scatter(c, &mut self.mean, &mut self.scatter, buffer);
+    }
+
     /// The statistics of the selected rows of `x` (all when `rows` is `None`) with `weights`
     /// for them (one each when `None`).
     #[inline(always)]

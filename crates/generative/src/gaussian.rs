@@ -22,12 +22,13 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
+use density::scatter::{ClassBlocks, MAX_PACKED_CLASSES};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label};
+use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label_with};
 use crate::{GenerativeError, Result};
 use density::block::{column, gather_rows, with_column_mut};
 
@@ -197,9 +198,9 @@ impl LinearDiscriminant {
     }
 }
 
-/// Up to this many classes, a labeled fit reads each class's rows from the chunk in place;
-/// with more, it first copies the chunk in class order (measured at d = 64: in place is faster
-/// at K = 2, the copy at K = 10).
+/// Up to this many classes, a labeled diagonal fit sums each class's values by mask in place;
+/// with more, it first copies the chunk in class order (measured at d = 16 and 64: in place is
+/// faster at K = 2, the copy at K = 10).
 const IN_PLACE_MAX_CLASSES: usize = 2;
 
 /// Up to this many classes, and this many masked products per row (K · d(d + 1)/2), a labeled
@@ -273,7 +274,38 @@ impl WeightedFit for Checked<GaussianParams> {
         let (d, k) = check_sets(sets)?;
         let kind = self.structure.scatter_kind();
         // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
-        let partials = map_chunks_by_label(sets, |chunk| {
+        // Per worker: the class blocks and the kernel's buffers, reused from chunk to chunk.
+        let scratch = || (ClassBlocks::new(), Vec::<f64>::new(), Vec::<f64>::new());
+        let partials = map_chunks_by_label_with(sets, scratch, |state, chunk| {
+            let (blocks, buffer, sorted_buf) = state;
+            // Full scatters of labeled rows (but for few features and classes, below): the
+            // chunk is copied once into the classes' blocks, which also tells whether its values
+            // are finite, so it is read once, not a second time by the check. Up to 4 classes
+            // are packed out of each column with AVX-512; more are grouped first and copied by
+            // index.
+            if let Some(labels) = chunk.labels
+                && kind == ScatterKind::Full
+                && (k > MAX_PACKED_CLASSES || k * d * (d + 1) / 2 > MASKED_MAX_PRODUCTS)
+            {
+                let finite = if k <= MAX_PACKED_CLASSES {
+                    blocks.split(chunk.x, labels, k)
+                } else {
+                    let groups = LabelGroups::new(labels, k);
+                    let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
+                    blocks.split_by_order(chunk.x, groups.order(), &ranges)
+                };
+                if !finite {
+                    // The check names the first non-finite value.
+                    check_chunk(&chunk)?;
+                }
+                return Ok((0..k)
+                    .map(|c| {
+                        let mut st = SufficientStats::new(d, kind);
+                        st.accumulate_class(blocks, c, buffer);
+                        st
+                    })
+                    .collect());
+            }
             check_chunk(&chunk)?;
             // Diagonal statistics of labeled rows with few classes: each class's sums, then its
             // squared deviations, in two SIMD passes over the chunk, with no grouping and no
@@ -295,30 +327,21 @@ impl WeightedFit for Checked<GaussianParams> {
             {
                 return Ok(full_class_stats(chunk.x, labels, k));
             }
-            let mut buffer = Vec::new();
             let mut w_buf = Vec::new();
             let mut out = Vec::with_capacity(k);
             match chunk.labels {
                 // Labeled rows: one grouping pass, then each class's rows alone (weight one)
                 // instead of K passes over one-hot columns that are mostly zero.
                 Some(labels) => {
-                    // With few classes, each class's rows are read from the chunk in place.
-                    // With more, that would read every cache line of the chunk once per class,
-                    // so the chunk is copied once in class order instead, and each class is a
-                    // contiguous block of rows.
+                    // Only diagonal statistics of more classes than the masked sums take (full
+                    // ones split the chunk above): the chunk copied once in class order, each
+                    // class then a contiguous block of rows.
                     let groups = LabelGroups::new(labels, k);
-                    let mut sorted_buf = Vec::new();
-                    let sorted = (k > IN_PLACE_MAX_CLASSES)
-                        .then(|| gather_rows(chunk.x, groups.order(), &mut sorted_buf));
+                    let sorted = gather_rows(chunk.x, groups.order(), sorted_buf);
                     for c in 0..k {
                         let mut st = SufficientStats::new(d, kind);
-                        match sorted {
-                            Some(sorted) => {
-                                let (start, len) = groups.range(c);
-                                st.accumulate_unweighted(sorted.subrows(start, len), &mut buffer);
-                            }
-                            None => st.accumulate_subset(chunk.x, groups.rows(c), &mut buffer),
-                        }
+                        let (start, len) = groups.range(c);
+                        st.accumulate_unweighted(sorted.subrows(start, len), buffer);
                         out.push(st);
                     }
                 }
@@ -326,7 +349,7 @@ impl WeightedFit for Checked<GaussianParams> {
                     for c in 0..k {
                         let w = column(chunk.resp, c, &mut w_buf);
                         let mut st = SufficientStats::new(d, kind);
-                        st.accumulate_rows(chunk.x, w, &mut buffer);
+                        st.accumulate_rows(chunk.x, w, buffer);
                         out.push(st);
                     }
                 }

@@ -42,13 +42,27 @@ where
     T: Send,
     F: Fn(usize, I) -> T + Sync,
 {
+    run_indexed_with(items, || (), |_, i, item| f(i, item))
+}
+
+/// As [`run_indexed`], with a scratch state per worker: `init()` once per worker, then
+/// `f(&mut state, i, item)` for each item it takes. The state is for reusing buffers between
+/// items; the result of an item must not depend on what an earlier item left in it.
+pub fn run_indexed_with<I, S, T, N, F>(items: Vec<I>, init: N, f: F) -> Vec<T>
+where
+    I: Send,
+    T: Send,
+    N: Fn() -> S + Sync,
+    F: Fn(&mut S, usize, I) -> T + Sync,
+{
     let n = items.len();
     let workers = rayon::current_num_threads().clamp(1, n.max(1));
     if workers == 1 {
+        let mut state = init();
         return items
             .into_iter()
             .enumerate()
-            .map(|(i, it)| f(i, it))
+            .map(|(i, it)| f(&mut state, i, it))
             .collect();
     }
     let slots: Vec<Mutex<Option<I>>> = items.into_iter().map(|it| Mutex::new(Some(it))).collect();
@@ -82,12 +96,13 @@ where
         }
     };
     let work = |w: usize| {
+        let mut state = init();
         while let Some(i) = take(w) {
             // `take` hands index `i` to one worker only, so its slot is full and unlocked (`f`
             // never runs under a lock, so none can be poisoned).
             let item = slots[i].lock().map(|mut s| s.take()).ok().flatten();
             if let Some(item) = item {
-                let result = f(i, item);
+                let result = f(&mut state, i, item);
                 if let Ok(mut r) = results[i].lock() {
                     *r = Some(result);
                 }
@@ -228,7 +243,7 @@ where
     T: Send,
     F: Fn(Chunk<'_>) -> Result<T> + Sync,
 {
-    map_chunks_impl(sets, true, f)
+    map_chunks_impl(sets, true, || (), |_, chunk| f(chunk))
 }
 
 /// As [`map_chunks`], but a labeled set's chunks carry only their labels (`resp` is b × 0), for
@@ -238,13 +253,33 @@ where
     T: Send,
     F: Fn(Chunk<'_>) -> Result<T> + Sync,
 {
-    map_chunks_impl(sets, false, f)
+    map_chunks_impl(sets, false, || (), |_, chunk| f(chunk))
 }
 
-fn map_chunks_impl<T, F>(sets: &[WeightedRows<'_>], one_hot_labels: bool, f: F) -> Result<Vec<T>>
+/// As [`map_chunks_by_label`], with a scratch state per worker (see [`run_indexed_with`]).
+pub fn map_chunks_by_label_with<S, T, N, F>(
+    sets: &[WeightedRows<'_>],
+    init: N,
+    f: F,
+) -> Result<Vec<T>>
 where
     T: Send,
-    F: Fn(Chunk<'_>) -> Result<T> + Sync,
+    N: Fn() -> S + Sync,
+    F: Fn(&mut S, Chunk<'_>) -> Result<T> + Sync,
+{
+    map_chunks_impl(sets, false, init, f)
+}
+
+fn map_chunks_impl<S, T, N, F>(
+    sets: &[WeightedRows<'_>],
+    one_hot_labels: bool,
+    init: N,
+    f: F,
+) -> Result<Vec<T>>
+where
+    T: Send,
+    N: Fn() -> S + Sync,
+    F: Fn(&mut S, Chunk<'_>) -> Result<T> + Sync,
 {
     let jobs: Vec<(usize, usize)> = sets
         .iter()
@@ -253,19 +288,22 @@ where
             (0..set.x.nrows().div_ceil(CHUNK_ROWS)).map(move |c| (s, c * CHUNK_ROWS))
         })
         .collect();
-    let results: Vec<Result<T>> = run_indexed(jobs, |_, (s, r0)| {
+    let results: Vec<Result<T>> = run_indexed_with(jobs, init, |state, _, (s, r0)| {
         let set = &sets[s];
         let b = CHUNK_ROWS.min(set.x.nrows() - r0);
         let x = set.x.subrows(r0, b);
         match set.resp {
-            Responsibilities::Dense(resp) => f(Chunk {
-                set: s,
-                first_row: r0,
-                x,
-                resp: resp.subrows(r0, b),
-                labels: None,
-                prechecked: set.prechecked,
-            }),
+            Responsibilities::Dense(resp) => f(
+                state,
+                Chunk {
+                    set: s,
+                    first_row: r0,
+                    x,
+                    resp: resp.subrows(r0, b),
+                    labels: None,
+                    prechecked: set.prechecked,
+                },
+            ),
             Responsibilities::Labels { labels, n_classes } => {
                 let labels = &labels[r0..r0 + b];
                 if let Some(i) = labels.iter().position(|l| *l >= n_classes) {
@@ -281,14 +319,17 @@ where
                 } else {
                     Mat::zeros(b, 0)
                 };
-                f(Chunk {
-                    set: s,
-                    first_row: r0,
-                    x,
-                    resp: block.as_ref(),
-                    labels: Some(labels),
-                    prechecked: set.prechecked,
-                })
+                f(
+                    state,
+                    Chunk {
+                        set: s,
+                        first_row: r0,
+                        x,
+                        resp: block.as_ref(),
+                        labels: Some(labels),
+                        prechecked: set.prechecked,
+                    },
+                )
             }
         }
     });

@@ -611,17 +611,23 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
     }
     // Every way a labeled Gaussian fit reads its classes' rows. At d = 3: full structures sum
     // each class's products by mask (`density::moments::grouped_cross_products`) for 2 and 3
-    // classes, diagonal ones for 2 (`grouped_sums_sq`) and copy the chunk in class order for 3.
-    // At d = 8, full structures read each class's rows in place for 2 classes and copy the
-    // chunk in class order for 3.
+    // classes, diagonal ones for 2 (`grouped_sums_sq`) and copy the chunk in class order for 3
+    // and 6. At d = 8, full structures split the chunk into class blocks
+    // (`density::scatter::ClassBlocks`): packed by mask for 2 and 3 classes, by index for 6.
     let y2: Vec<usize> = y.iter().map(|&l| l.min(1)).collect();
     let r2 = one_hot(&y2, 2).unwrap();
+    let y6: Vec<usize> = y
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| l + 3 * (i % 2))
+        .collect();
+    let r6 = one_hot(&y6, 6).unwrap();
     let (x8, _) = gaussian_data(10_000, 8, 3, 23);
     let x8_rows = x8.transpose().to_owned();
     for s in structures() {
         let spec = GaussianParams::with_structure(s).check().unwrap();
         for (x, x_rows) in [(&x, &x_rows), (&x8, &x8_rows)] {
-            for (labels, r, k) in [(&y2, &r2, 2), (&y, &r, 3)] {
+            for (labels, r, k) in [(&y2, &r2, 2), (&y, &r, 3), (&y6, &r6, 6)] {
                 for xv in [x.as_ref(), x_rows.transpose()] {
                     let a = spec.fit(xv, labels, k).unwrap();
                     let b = spec.fit_weighted(x.as_ref(), r.as_ref()).unwrap();
@@ -755,6 +761,37 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
                 ..
             })
         ));
+    }
+    // A labeled full-covariance fit with few classes and more features finds non-finite
+    // values while splitting its chunks by class, not in a pass of its own; it must still name
+    // the first one (row-major) of the whole input.
+    let (x8, y8) = gaussian_data(10_000, 8, 2, 12);
+    let mut x8n = x8.clone();
+    x8n[(9_000, 0)] = f64::NAN;
+    x8n[(5_000, 1)] = f64::NEG_INFINITY;
+    x8n[(4_200, 7)] = f64::INFINITY;
+    for s in [CovarianceStructure::Full, CovarianceStructure::Tied] {
+        let spec = GaussianParams::with_structure(s).check().unwrap();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for view in [x8n.as_ref(), x8n.transpose().to_owned().transpose()] {
+                let got = pool.install(|| spec.fit(view, &y8, 2));
+                assert!(
+                    matches!(
+                        got,
+                        Err(GenerativeError::NonFiniteInput {
+                            row: 4_200,
+                            col: 7,
+                            ..
+                        })
+                    ),
+                    "{s:?}, {threads} threads: {got:?}"
+                );
+            }
+        }
     }
     let counts = Mat::from_fn(10_000, 3, |i, j| ((i + j) % 4) as f64);
     let mnb = MultinomialNbParams::default()
