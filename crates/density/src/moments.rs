@@ -368,27 +368,14 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
             c[1][..count].copy_from_slice(&centers_y[first..first + count]);
             let mut out = [0.0; 8];
             let columns = (xv, yv);
-            negative |= match (count, term) {
-                (1, Term::Value) => group_pass::<S, A, 1, 0>(simd, columns, masks, &c, &mut out),
-                (2, Term::Value) => group_pass::<S, A, 2, 0>(simd, columns, masks, &c, &mut out),
-                (3, Term::Value) => group_pass::<S, A, 3, 0>(simd, columns, masks, &c, &mut out),
-                (4, Term::Value) => group_pass::<S, A, 4, 0>(simd, columns, masks, &c, &mut out),
-                (5, Term::Value) => group_pass::<S, A, 5, 0>(simd, columns, masks, &c, &mut out),
-                (6, Term::Value) => group_pass::<S, A, 6, 0>(simd, columns, masks, &c, &mut out),
-                (7, Term::Value) => group_pass::<S, A, 7, 0>(simd, columns, masks, &c, &mut out),
-                (_, Term::Value) => group_pass::<S, A, 8, 0>(simd, columns, masks, &c, &mut out),
-                (1, Term::Square) => group_pass::<S, A, 1, 1>(simd, columns, masks, &c, &mut out),
-                (2, Term::Square) => group_pass::<S, A, 2, 1>(simd, columns, masks, &c, &mut out),
-                (3, Term::Square) => group_pass::<S, A, 3, 1>(simd, columns, masks, &c, &mut out),
-                (4, Term::Square) => group_pass::<S, A, 4, 1>(simd, columns, masks, &c, &mut out),
-                (5, Term::Square) => group_pass::<S, A, 5, 1>(simd, columns, masks, &c, &mut out),
-                (6, Term::Square) => group_pass::<S, A, 6, 1>(simd, columns, masks, &c, &mut out),
-                (7, Term::Square) => group_pass::<S, A, 7, 1>(simd, columns, masks, &c, &mut out),
-                (_, Term::Square) => group_pass::<S, A, 8, 1>(simd, columns, masks, &c, &mut out),
-                (1, Term::Product) => group_pass::<S, A, 1, 2>(simd, columns, masks, &c, &mut out),
-                (2, Term::Product) => group_pass::<S, A, 2, 2>(simd, columns, masks, &c, &mut out),
-                (3, Term::Product) => group_pass::<S, A, 3, 2>(simd, columns, masks, &c, &mut out),
-                (_, Term::Product) => group_pass::<S, A, 4, 2>(simd, columns, masks, &c, &mut out),
+            negative |= match term {
+                Term::Value => group_pass_for::<S, A, 0>(simd, count, columns, masks, &c, &mut out),
+                Term::Square => {
+                    group_pass_for::<S, A, 1>(simd, count, columns, masks, &c, &mut out)
+                }
+                Term::Product => {
+                    group_pass_for::<S, A, 2>(simd, count, columns, masks, &c, &mut out)
+                }
             };
             tree[first..first + count].copy_from_slice(&out[..count]);
             first += count;
@@ -414,6 +401,28 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         }
     }
     negative
+}
+
+/// [`group_pass`] for `count` (1 to 8) groups.
+#[inline(always)]
+fn group_pass_for<S: Simd, const A: usize, const TERM: u8>(
+    simd: S,
+    count: usize,
+    columns: (&[S::f64s], &[S::f64s]),
+    masks: &[S::m64s],
+    centers: &[[f64; 8]; 2],
+    out: &mut [f64; 8],
+) -> bool {
+    match count {
+        1 => group_pass::<S, A, 1, TERM>(simd, columns, masks, centers, out),
+        2 => group_pass::<S, A, 2, TERM>(simd, columns, masks, centers, out),
+        3 => group_pass::<S, A, 3, TERM>(simd, columns, masks, centers, out),
+        4 => group_pass::<S, A, 4, TERM>(simd, columns, masks, centers, out),
+        5 => group_pass::<S, A, 5, TERM>(simd, columns, masks, centers, out),
+        6 => group_pass::<S, A, 6, TERM>(simd, columns, masks, centers, out),
+        7 => group_pass::<S, A, 7, TERM>(simd, columns, masks, centers, out),
+        _ => group_pass::<S, A, 8, TERM>(simd, columns, masks, centers, out),
+    }
 }
 
 /// One pass over a column's whole vectors (two columns' for a product) for `G` groups
