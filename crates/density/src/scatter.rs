@@ -108,22 +108,10 @@ impl ClassBlocks {
     pub fn split(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
         let (n, d) = (x.nrows().min(labels.len()), x.ncols());
         let labels = &labels[..n];
-        self.d = d;
-        self.cols = d.div_ceil(TILE_J) * TILE_J;
-        self.classes.clear();
-        let mut stride = 0;
-        for c in 0..k {
-            let len: usize = labels.iter().map(|&l| usize::from(l == c)).sum();
-            self.classes.push((stride, len));
-            // A gap of one vector after each class's padding: a packed store may run up to 7
-            // values past the class's last row, and must not reach the next class's rows,
-            // which may already be written.
-            stride += len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE + CLASS_ROWS_MULTIPLE;
-        }
-        self.stride = stride;
-        let len = self.cols * stride;
-        let block = crate::block::aligned_prefix(&mut self.buf, len);
-        block[d * stride..].fill(0.0);
+        let lens = (0..k).map(|c| labels.iter().map(|&l| usize::from(l == c)).sum());
+        self.lay_out(d, lens);
+        let stride = self.stride;
+        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
         let mut finite = true;
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V4::try_new() {
@@ -168,17 +156,9 @@ impl ClassBlocks {
         ranges: &[(usize, usize)],
     ) -> bool {
         let d = x.ncols();
-        self.d = d;
-        self.cols = d.div_ceil(TILE_J) * TILE_J;
-        self.classes.clear();
-        let mut stride = 0;
-        for &(_, len) in ranges {
-            self.classes.push((stride, len));
-            stride += len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE + CLASS_ROWS_MULTIPLE;
-        }
-        self.stride = stride;
+        self.lay_out(d, ranges.iter().map(|&(_, len)| len));
+        let stride = self.stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
-        block[d * stride..].fill(0.0);
         let mut finite = true;
         for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
             finite &= match x.col(j).try_as_col_major() {
@@ -206,6 +186,24 @@ impl ClassBlocks {
         finite
     }
 
+    /// Places classes of `lens` rows for `d` columns, and zeros the padding columns.
+    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>) {
+        self.d = d;
+        self.cols = d.div_ceil(TILE_J) * TILE_J;
+        self.classes.clear();
+        let mut stride = 0;
+        for len in lens {
+            self.classes.push((stride, len));
+            // A gap of one vector after each class's padding: a packed store may run up to 7
+            // values past the class's last row, and must not reach the next class's rows,
+            // which may already be written.
+            stride += len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE + CLASS_ROWS_MULTIPLE;
+        }
+        self.stride = stride;
+        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
+        block[d * stride..].fill(0.0);
+    }
+
     /// Number of rows of class `c`.
     pub fn class_len(&self, c: usize) -> usize {
         self.classes.get(c).map_or(0, |&(_, n)| n)
@@ -214,7 +212,7 @@ impl ClassBlocks {
     /// The mean and scatter (d × d column-major, both triangles) of class `c`'s rows, each of
     /// weight one: the bits [`mean_and_scatter_of_rows`] gives for the same rows. The class's
     /// rows are centred in place, so this is called once per split. `scratch` is reused
-    /// between calls. An empty class gives zeros.
+    /// between calls. An empty (or unknown) class gives zeros.
     pub fn mean_and_scatter(
         &mut self,
         c: usize,
@@ -222,12 +220,11 @@ impl ClassBlocks {
         scatter: &mut [f64],
         scratch: &mut Vec<f64>,
     ) {
-        let (first, n) = self.classes[c];
         mean.fill(0.0);
         scatter.fill(0.0);
-        if n == 0 {
+        let Some(&(first, n)) = self.classes.get(c).filter(|&&(_, n)| n > 0) else {
             return;
-        }
+        };
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
         pulp::Arch::new().dispatch(Kernel {
             source: Source::Block {

@@ -211,6 +211,12 @@ const IN_PLACE_MAX_CLASSES: usize = 2;
 const MASKED_MAX_CLASSES: usize = 4;
 const MASKED_MAX_PRODUCTS: usize = 20;
 
+/// Whether a labeled full-covariance fit of `k` classes and `d` features takes its class
+/// scatters by mask ([`full_class_stats`]) rather than from class blocks.
+fn by_masks(k: usize, d: usize) -> bool {
+    k <= MASKED_MAX_CLASSES && k * d * (d + 1) / 2 <= MASKED_MAX_PRODUCTS
+}
+
 /// Each class's row count and mean (`labels[i] < k`, weight one each).
 fn class_counts_and_means(
     x: MatRef<'_, f64>,
@@ -285,7 +291,7 @@ impl WeightedFit for Checked<GaussianParams> {
             // index.
             if let Some(labels) = chunk.labels
                 && kind == ScatterKind::Full
-                && (k > MAX_PACKED_CLASSES || k * d * (d + 1) / 2 > MASKED_MAX_PRODUCTS)
+                && !by_masks(k, d)
             {
                 let finite = if k <= MAX_PACKED_CLASSES {
                     blocks.split(chunk.x, labels, k)
@@ -322,8 +328,7 @@ impl WeightedFit for Checked<GaussianParams> {
             // passes, each class's products of deviations by mask.
             if let Some(labels) = chunk.labels
                 && kind == ScatterKind::Full
-                && k <= MASKED_MAX_CLASSES
-                && k * d * (d + 1) / 2 <= MASKED_MAX_PRODUCTS
+                && by_masks(k, d)
             {
                 return Ok(full_class_stats(chunk.x, labels, k));
             }
