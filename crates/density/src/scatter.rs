@@ -113,6 +113,8 @@ impl ClassBlocks {
         let stride = self.stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
         let mut finite = true;
+        // Each class's next free row, in the row-at-a-time path (one allocation per split).
+        let mut next = Vec::with_capacity(k);
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V4::try_new() {
             let (whole, masks) = (n / 8 * 8, &mut self.masks);
@@ -135,13 +137,13 @@ impl ClassBlocks {
                             || split_column_v4(simd, src, labels, masks, classes, col),
                         )
                     }
-                    None => split_column(|r| x[(r, j)], labels, classes, col),
+                    None => split_column(|r| x[(r, j)], labels, classes, &mut next, col),
                 };
             }
             return finite;
         }
         for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
-            finite &= split_column(|r| x[(r, j)], labels, &self.classes, col);
+            finite &= split_column(|r| x[(r, j)], labels, &self.classes, &mut next, col);
         }
         finite
     }
@@ -249,9 +251,11 @@ fn split_column(
     value: impl Fn(usize) -> f64,
     labels: &[usize],
     classes: &[(usize, usize)],
+    next: &mut Vec<usize>,
     col: &mut [f64],
 ) -> bool {
-    let mut next: Vec<usize> = classes.iter().map(|&(first, _)| first).collect();
+    next.clear();
+    next.extend(classes.iter().map(|&(first, _)| first));
     let mut finite = true;
     for (r, &l) in labels.iter().enumerate() {
         let v = value(r);

@@ -204,14 +204,9 @@ impl SufficientStats {
         self.accumulate_body(x, None, None, buffer);
     }
 
-    /// Replaces `self` by the statistics of the rows `rows` of `x`, each of weight one, read in
-    /// place rather than copied out first.
-    pub fn accumulate_subset(&mut self, x: MatRef<'_, f64>, rows: &[usize], buffer: &mut Vec<f64>) {
-        self.accumulate_body(x, Some(rows), None, buffer);
-    }
-
     /// Replaces `self` (full statistics) by the statistics of class `c`'s rows of `blocks`, each
-    /// of weight one: the bits [`SufficientStats::accumulate_subset`] gives for the same rows.
+    /// of weight one: the bits [`crate::scatter::mean_and_scatter_of_rows`] gives for the same
+    /// rows.
     pub fn accumulate_class(
         &mut self,
         blocks: &mut crate::scatter::ClassBlocks,
