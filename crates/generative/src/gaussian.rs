@@ -759,6 +759,10 @@ impl GenerativeClassifier for GaussianClassifier {
         Ok(())
     }
 
+    fn scores_reveal_bad_input(&self) -> bool {
+        true
+    }
+
     fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         // Shared covariance: ln p(x, k) = xᵀ w_k + w_k0 − ½ xᵀ Σ⁻¹ x + const, and the last two
         // terms do not depend on k. (W costs d²K per chunk against the product's 2·4096·d·K.)

@@ -185,6 +185,16 @@ pub trait GenerativeClassifier: Send + Sync {
         check_finite_rows(x, 0)
     }
 
+    /// Whether every row that [`check_input`](Self::check_input) would reject gets at least
+    /// one non-finite score from [`log_joint_chunk`](Self::log_joint_chunk) and
+    /// [`posterior_scores_chunk`](Self::posterior_scores_chunk). Then a prediction checks the
+    /// chunk's scores (b × K, in cache) instead of its input, and reads the input only when a
+    /// score is not finite (to name the bad value, or to find none: finite values can overflow).
+    /// False by default.
+    fn scores_reveal_bad_input(&self) -> bool {
+        false
+    }
+
     /// `out[(i, k)] = ln p(x_i, y = k)` for a chunk of already-checked rows, sequentially.
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>);
 
@@ -318,13 +328,19 @@ fn fill_chunk<M: GenerativeClassifier + ?Sized>(
     check: bool,
 ) -> Result<()> {
     let xc = x.subrows(r0, chunk.nrows());
-    if check {
+    let by_scores = check && model.scores_reveal_bad_input();
+    if check && !by_scores {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
     }
     if what == Posterior::Joint {
         model.log_joint_chunk(xc, chunk.as_mut());
     } else {
         model.posterior_scores_chunk(xc, chunk.as_mut());
+    }
+    if by_scores && check_finite_rows(chunk.as_ref(), 0).is_err() {
+        model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
+    }
+    if what != Posterior::Joint {
         normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
     }
     Ok(())

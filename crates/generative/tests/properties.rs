@@ -735,6 +735,154 @@ fn spec_qda() -> Checked<GaussianParams> {
     GaussianParams::default().check().unwrap()
 }
 
+/// A Gaussian prediction checks each chunk's scores rather than its input, and reads the input
+/// only when a score is not finite (`scores_reveal_bad_input`). Every way of predicting, with
+/// every structure, must still name the first non-finite value (row-major) of the whole input,
+/// wherever it lies in a chunk, whatever its kind, and whatever the thread count.
+#[test]
+fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
+    let (n, d) = (2 * 4096 + 100, 5);
+    let (x, y) = gaussian_data(n, d, 3, 21);
+    let places = [
+        (0, 0),
+        (4095, d - 1),
+        (4096, 2),
+        (8191, 0),
+        (n - 1, d - 1),
+        (5000, 3),
+    ];
+    for s in structures() {
+        let m = GaussianParams::with_structure(s)
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, 3)
+            .unwrap();
+        assert!(m.scores_reveal_bad_input());
+        for (p, &(row, col)) in places.iter().enumerate() {
+            let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][p % 3];
+            let mut xn = x.clone();
+            xn[(row, col)] = bad;
+            // A later bad value in another chunk must not win.
+            if row + 4200 < n {
+                xn[(row + 4200, 0)] = f64::NAN;
+            }
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let named = |r: generative::Result<()>| matches!(r, Err(GenerativeError::NonFiniteInput { row: r0, col: c0, .. }) if r0 == row && c0 == col);
+                pool.install(|| {
+                    assert!(
+                        named(m.predict_proba(xn.as_ref()).map(drop)),
+                        "{s:?} ({row}, {col}) proba"
+                    );
+                    assert!(
+                        named(m.predict_log_proba(xn.as_ref()).map(drop)),
+                        "{s:?} ({row}, {col}) log proba"
+                    );
+                    assert!(
+                        named(m.log_joint(xn.as_ref()).map(drop)),
+                        "{s:?} ({row}, {col}) joint"
+                    );
+                    let mut out = Mat::<f64>::zeros(n, 3);
+                    for what in [
+                        model::Posterior::Joint,
+                        model::Posterior::LogProbability,
+                        model::Posterior::Probability,
+                    ] {
+                        assert!(
+                            named(m.log_joint_into(xn.as_ref(), out.as_mut(), what)),
+                            "{s:?} ({row}, {col}) into {what:?}"
+                        );
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// The claim behind checking scores, at the level of one chunk: a row holding a non-finite
+/// value gets at least one non-finite score, even where a weight of the linear discriminant is
+/// exactly zero (∞ · 0 is NaN) and for every structure's joint.
+#[test]
+fn a_non_finite_feature_makes_a_non_finite_score_in_its_row() {
+    // LDA with identity covariance and every class mean 0 in feature 1: its weights there are
+    // exactly zero.
+    let lda: GaussianClassifier = serde_json::from_value(serde_json::json!({
+        "structure": "Tied",
+        "n_features": 3,
+        "n_classes": 2,
+        "log_priors": [(0.5f64).ln(), (0.5f64).ln()],
+        "class_weights": [1.0, 1.0],
+        "means": [1.0, 0.0, -2.0, -1.0, 0.0, 0.5],
+        "factors": [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0],
+        "priors_fixed": false
+    }))
+    .unwrap();
+    let ld = lda.linear_discriminant().unwrap();
+    assert_eq!((ld.weights[1], ld.weights[4]), (0.0, 0.0));
+    let (x, y) = gaussian_data(300, 3, 2, 5);
+    let mut models = vec![lda];
+    for s in structures() {
+        models.push(
+            GaussianParams::with_structure(s)
+                .check()
+                .unwrap()
+                .fit(x.as_ref(), &y, 2)
+                .unwrap(),
+        );
+    }
+    for m in &models {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            for col in 0..3 {
+                let mut xb = x.clone();
+                xb[(17, col)] = bad;
+                let mut out = Mat::<f64>::zeros(300, 2);
+                for scores in [true, false] {
+                    if scores {
+                        m.posterior_scores_chunk(xb.as_ref(), out.as_mut());
+                    } else {
+                        m.log_joint_chunk(xb.as_ref(), out.as_mut());
+                    }
+                    assert!(
+                        !(out[(17, 0)].is_finite() && out[(17, 1)].is_finite()),
+                        "{:?}: {bad} in column {col} left finite scores (scores: {scores})",
+                        m.structure()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Finite input whose scores overflow is still predicted: the fallback check of the input finds
+/// nothing and the chunk is normalised as usual (rows of infinite scores take the exact path).
+#[test]
+fn finite_input_with_overflowing_scores_is_predicted_not_rejected() {
+    let (x, y) = gaussian_data(500, 2, 2, 8);
+    let mut xb = x.clone();
+    xb[(3, 0)] = 1e300;
+    xb[(4, 1)] = -1e300;
+    for s in structures() {
+        let m = GaussianParams::with_structure(s)
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, 2)
+            .unwrap();
+        let p = m.predict_proba(xb.as_ref()).unwrap();
+        for i in 0..500 {
+            let (a, b) = (p[(i, 0)], p[(i, 1)]);
+            assert!(a.is_finite() && b.is_finite(), "{s:?} row {i}: {a}, {b}");
+            assert!((a + b - 1.0).abs() < 1e-12, "{s:?} row {i}: {a} + {b}");
+        }
+        let lj = m.log_joint(xb.as_ref()).unwrap();
+        // The joints did overflow, so the input was read again and passed.
+        assert_eq!(lj[(3, 0)], f64::NEG_INFINITY, "{s:?}");
+        assert_eq!(lj[(4, 1)], f64::NEG_INFINITY, "{s:?}");
+    }
+}
+
 #[test]
 fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
     // Rows past the first 4096-row chunk are checked by other workers; the message must still
