@@ -772,8 +772,14 @@ impl GenerativeClassifier for GaussianClassifier {
         let w = MatRef::from_row_major_slice(&ld.weights, self.n_classes, self.n_features);
         matmul(&mut out, Accum::Replace, x, w.transpose(), 1.0, Par::Seq);
         for (c, b) in ld.intercepts.iter().enumerate() {
-            for v in out.as_mut().col_mut(c).iter_mut() {
-                *v += b;
+            match out.as_mut().col_mut(c).try_as_col_major_mut() {
+                // In a dispatch, so that the loop uses the widest vectors (as a plain loop it
+                // was SSE2 code, a tenth of LDA's `predict_proba` at d = 2, K = 2).
+                Some(col) => pulp::Arch::new().dispatch(
+                    #[inline(always)]
+                    || col.as_slice_mut().iter_mut().for_each(|v| *v += b),
+                ),
+                None => out.as_mut().col_mut(c).iter_mut().for_each(|v| *v += b),
             }
         }
     }
