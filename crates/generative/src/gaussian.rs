@@ -145,6 +145,9 @@ impl HyperParams for GaussianParams {
     }
 }
 
+/// Largest block of input rows (bytes) in one product of LDA's scores.
+const SCORE_BLOCK_BYTES: usize = 256 << 10;
+
 /// A fitted Gaussian discriminant analysis model.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GaussianClassifier {
@@ -770,7 +773,24 @@ impl GenerativeClassifier for GaussianClassifier {
             return self.log_joint_chunk(x, out);
         };
         let w = MatRef::from_row_major_slice(&ld.weights, self.n_classes, self.n_features);
-        matmul(&mut out, Accum::Replace, x, w.transpose(), 1.0, Par::Seq);
+        // In blocks of rows of at most SCORE_BLOCK_BYTES: the product reads its left operand
+        // once per four classes, and a whole chunk at d = 64 (2 MB) did not stay in L2 between
+        // those reads (K = 10: 14% slower). The blocks depend on d alone, never on the thread
+        // count; on our machine they give the bits of one product (checked at d = 2 to 100).
+        let rows = (SCORE_BLOCK_BYTES / (8 * self.n_features.max(1))).max(8);
+        let mut r0 = 0;
+        while r0 < x.nrows() {
+            let len = rows.min(x.nrows() - r0);
+            matmul(
+                out.as_mut().subrows_mut(r0, len),
+                Accum::Replace,
+                x.subrows(r0, len),
+                w.transpose(),
+                1.0,
+                Par::Seq,
+            );
+            r0 += len;
+        }
         for (c, b) in ld.intercepts.iter().enumerate() {
             match out.as_mut().col_mut(c).try_as_col_major_mut() {
                 // In a dispatch, so that the loop uses the widest vectors (as a plain loop it
