@@ -735,6 +735,15 @@ fn spec_qda() -> Checked<GaussianParams> {
     GaussianParams::default().check().unwrap()
 }
 
+/// A Gaussian classifier of structure `s` fitted to labeled rows.
+fn fit_gaussian(s: CovarianceStructure, x: &Mat<f64>, y: &[usize], k: usize) -> GaussianClassifier {
+    GaussianParams::with_structure(s)
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), y, k)
+        .unwrap()
+}
+
 /// A Gaussian prediction checks each chunk's scores rather than its input, and reads the input
 /// only when a score is not finite (`scores_reveal_bad_input`). Every way of predicting, with
 /// every structure, must still name the first non-finite value (row-major) of the whole input,
@@ -752,11 +761,7 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
         (5000, 3),
     ];
     for s in structures() {
-        let m = GaussianParams::with_structure(s)
-            .check()
-            .unwrap()
-            .fit(x.as_ref(), &y, 3)
-            .unwrap();
+        let m = fit_gaussian(s, &x, &y, 3);
         assert!(m.scores_reveal_bad_input());
         for (p, &(row, col)) in places.iter().enumerate() {
             let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][p % 3];
@@ -825,13 +830,7 @@ fn a_non_finite_feature_makes_a_non_finite_score_in_its_row() {
     let (x, y) = gaussian_data(300, 3, 2, 5);
     let mut models = vec![lda];
     for s in structures() {
-        models.push(
-            GaussianParams::with_structure(s)
-                .check()
-                .unwrap()
-                .fit(x.as_ref(), &y, 2)
-                .unwrap(),
-        );
+        models.push(fit_gaussian(s, &x, &y, 2));
     }
     for m in &models {
         for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
@@ -865,11 +864,7 @@ fn finite_input_with_overflowing_scores_is_predicted_not_rejected() {
     xb[(3, 0)] = 1e300;
     xb[(4, 1)] = -1e300;
     for s in structures() {
-        let m = GaussianParams::with_structure(s)
-            .check()
-            .unwrap()
-            .fit(x.as_ref(), &y, 2)
-            .unwrap();
+        let m = fit_gaussian(s, &x, &y, 2);
         let p = m.predict_proba(xb.as_ref()).unwrap();
         for i in 0..500 {
             let (a, b) = (p[(i, 0)], p[(i, 1)]);
