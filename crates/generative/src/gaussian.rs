@@ -776,8 +776,8 @@ impl GenerativeClassifier for GaussianClassifier {
         // In blocks of rows of at most SCORE_BLOCK_BYTES: the product reads its left operand
         // once per four classes, and a whole chunk at d = 64 (2 MB) did not stay in L2 between
         // those reads (K = 10: 0.060 s against 0.044 s in blocks). The blocks depend on d alone,
-        // never on the thread
-        // count; on our machine they give the bits of one product (checked at d = 2 to 100).
+        // never on the thread count; on our machine they give the bits of one product (checked
+        // at d = 2 to 100).
         let rows = (SCORE_BLOCK_BYTES / (8 * self.n_features.max(1))).max(8);
         let mut r0 = 0;
         while r0 < x.nrows() {
