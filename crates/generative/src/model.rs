@@ -422,8 +422,6 @@ fn normalize_block(
     debug_assert!(b <= NORMALIZE_BLOCK);
     let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
     let max = &mut max[..b];
-    let mut tmp = [0.0; NORMALIZE_BLOCK];
-    let tmp = &mut tmp[..b];
     for j in 0..k {
         match m.as_ref().col(j).try_as_col_major() {
             Some(col) => {
@@ -439,9 +437,8 @@ fn normalize_block(
         }
     }
     // Rows with a non-finite maximum (all −∞, or some +∞), kept aside before the fast path
-    // overwrites them.
-    // Branch-free, so that it vectorises (`all` with `is_finite` was a scalar loop with an exit
-    // per row: a fifth of the kernel at K = 2).
+    // overwrites them. The test is a branch-free fold, so that it vectorises (`all` with
+    // `is_finite` was a scalar loop with an exit per row: a fifth of the kernel at K = 2).
     #[allow(clippy::neg_cmp_op_on_partial_ord)]
     let all_finite = max.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY));
     let special: Vec<(usize, Vec<f64>)> = if all_finite {
@@ -466,75 +463,12 @@ fn normalize_block(
         && log_normalizers.is_none()
         && two_class_probabilities(&mut m, shift);
     if !done {
-        let mut sum = [0.0; NORMALIZE_BLOCK];
-        let sum = &mut sum[..b];
-        for j in 0..k {
-            let mut col = m.as_mut().col_mut(j);
-            let col = col
-                .as_mut()
-                .try_as_col_major_mut()
-                .map(|c| c.as_slice_mut());
-            match col {
-                Some(col) if probability => exp_shifted_accumulate(col, shift, sum),
-                Some(col) => {
-                    tmp.copy_from_slice(col);
-                    exp_shifted_accumulate(tmp, shift, sum);
-                }
-                None => {
-                    for (i, t) in tmp.iter_mut().enumerate() {
-                        *t = m[(i, j)];
-                    }
-                    exp_shifted_accumulate(tmp, shift, sum);
-                    if probability {
-                        for (i, e) in tmp.iter().enumerate() {
-                            m[(i, j)] = *e;
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(out) = log_normalizers.as_deref_mut() {
-            for ((o, mx), sm) in out.iter_mut().zip(shift.iter()).zip(sum.iter()) {
-                *o = mx + sm.ln();
-            }
-        }
-        if probability {
-            // `tmp` holds 1 / Σ from here on.
-            for (t, s) in tmp.iter_mut().zip(sum.iter()) {
-                *t = 1.0 / s;
-            }
-            for j in 0..k {
-                match m.as_mut().col_mut(j).try_as_col_major_mut() {
-                    Some(col) => {
-                        for (v, f) in col.as_slice_mut().iter_mut().zip(tmp.iter()) {
-                            *v *= f;
-                        }
-                    }
-                    None => {
-                        for (i, f) in tmp.iter().enumerate() {
-                            m[(i, j)] *= f;
-                        }
-                    }
-                }
-            }
-        } else {
-            // Subtract the maximum first, then ln Σ: for entries of magnitude 1e300 the sum of the
-            // two would absorb the ln Σ term. `tmp` holds ln Σ from here on.
-            for (t, s) in tmp.iter_mut().zip(sum.iter()) {
-                *t = s.ln();
-            }
-            for j in 0..k {
-                for ((v, mx), ls) in m
-                    .as_mut()
-                    .col_mut(j)
-                    .iter_mut()
-                    .zip(shift.iter())
-                    .zip(tmp.iter())
-                {
-                    *v = (*v - mx) - ls;
-                }
-            }
-        }
+        exponentiate_and_normalize(
+            m.as_mut(),
+            shift,
+            probability,
+            log_normalizers.as_deref_mut(),
+        );
     }
     for (i, mut row) in special {
         let log_norm = log_normalize_in_place(&mut row);
@@ -543,6 +477,90 @@ fn normalize_block(
         }
         for j in 0..k {
             m[(i, j)] = if probability { row[j].exp() } else { row[j] };
+        }
+    }
+}
+
+/// [`normalize_block`]'s general path for rows with a finite `shift` (their maximum): each
+/// entry's exponential after the shift, then each row scaled by 1 / Σ (`probability`) or
+/// shifted by ln Σ, with ln Σ + shift written to `log_normalizers` when given.
+#[inline(always)]
+fn exponentiate_and_normalize(
+    mut m: MatMut<'_, f64>,
+    shift: &[f64],
+    probability: bool,
+    log_normalizers: Option<&mut [f64]>,
+) {
+    let (b, k) = (m.nrows(), m.ncols());
+    let mut tmp = [0.0; NORMALIZE_BLOCK];
+    let tmp = &mut tmp[..b];
+    let mut sum = [0.0; NORMALIZE_BLOCK];
+    let sum = &mut sum[..b];
+    for j in 0..k {
+        let mut col = m.as_mut().col_mut(j);
+        let col = col
+            .as_mut()
+            .try_as_col_major_mut()
+            .map(|c| c.as_slice_mut());
+        match col {
+            Some(col) if probability => exp_shifted_accumulate(col, shift, sum),
+            Some(col) => {
+                tmp.copy_from_slice(col);
+                exp_shifted_accumulate(tmp, shift, sum);
+            }
+            None => {
+                for (i, t) in tmp.iter_mut().enumerate() {
+                    *t = m[(i, j)];
+                }
+                exp_shifted_accumulate(tmp, shift, sum);
+                if probability {
+                    for (i, e) in tmp.iter().enumerate() {
+                        m[(i, j)] = *e;
+                    }
+                }
+            }
+        }
+    }
+    if let Some(out) = log_normalizers {
+        for ((o, mx), sm) in out.iter_mut().zip(shift.iter()).zip(sum.iter()) {
+            *o = mx + sm.ln();
+        }
+    }
+    if probability {
+        // `tmp` holds 1 / Σ from here on.
+        for (t, s) in tmp.iter_mut().zip(sum.iter()) {
+            *t = 1.0 / s;
+        }
+        for j in 0..k {
+            match m.as_mut().col_mut(j).try_as_col_major_mut() {
+                Some(col) => {
+                    for (v, f) in col.as_slice_mut().iter_mut().zip(tmp.iter()) {
+                        *v *= f;
+                    }
+                }
+                None => {
+                    for (i, f) in tmp.iter().enumerate() {
+                        m[(i, j)] *= f;
+                    }
+                }
+            }
+        }
+    } else {
+        // Subtract the maximum first, then ln Σ: for entries of magnitude 1e300 the sum of the
+        // two would absorb the ln Σ term. `tmp` holds ln Σ from here on.
+        for (t, s) in tmp.iter_mut().zip(sum.iter()) {
+            *t = s.ln();
+        }
+        for j in 0..k {
+            for ((v, mx), ls) in m
+                .as_mut()
+                .col_mut(j)
+                .iter_mut()
+                .zip(shift.iter())
+                .zip(tmp.iter())
+            {
+                *v = (*v - mx) - ls;
+            }
         }
     }
 }
