@@ -23,6 +23,8 @@ use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
 use density::scatter::{ClassBlocks, MAX_PACKED_CLASSES};
+
+use crate::linear_scores;
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::model::{
@@ -772,6 +774,9 @@ impl GenerativeClassifier for GaussianClassifier {
         let Some(ld) = self.linear_discriminant() else {
             return self.log_joint_chunk(x, out);
         };
+        if linear_scores::linear_scores(x, &ld.weights, &ld.intercepts, out.as_mut()) {
+            return;
+        }
         let w = MatRef::from_row_major_slice(&ld.weights, self.n_classes, self.n_features);
         // In blocks of rows of at most SCORE_BLOCK_BYTES: the product reads its left operand
         // once per four classes, and a whole chunk at d = 64 (2 MB) did not stay in L2 between

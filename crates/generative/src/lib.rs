@@ -12,6 +12,7 @@
 
 mod error;
 pub mod gaussian;
+mod linear_scores;
 pub mod mixed;
 pub mod model;
 pub mod naive_bayes;
