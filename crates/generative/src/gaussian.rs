@@ -24,7 +24,7 @@ use density::regularize::{
 };
 use density::scatter::{ClassBlocks, MAX_PACKED_CLASSES};
 
-use crate::linear_scores;
+use crate::linear_scores::{self, Features};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::model::{
@@ -774,7 +774,13 @@ impl GenerativeClassifier for GaussianClassifier {
         let Some(ld) = self.linear_discriminant() else {
             return self.log_joint_chunk(x, out);
         };
-        if linear_scores::linear_scores(x, &ld.weights, &ld.intercepts, out.as_mut()) {
+        if linear_scores::linear_scores(
+            x,
+            &ld.weights,
+            &ld.intercepts,
+            Features::AsIs,
+            out.as_mut(),
+        ) {
             return;
         }
         let w = MatRef::from_row_major_slice(&ld.weights, self.n_classes, self.n_features);

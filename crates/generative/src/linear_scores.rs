@@ -1,11 +1,15 @@
-//! LDA's scores `X Wᵀ + b` for a few classes, streamed a few columns at a time.
+//! Linear scores `X Wᵀ + b` for a few classes, streamed a few columns at a time: LDA's
+//! discriminant, and the log joints of multinomial and Bernoulli naive Bayes, whose input is
+//! checked (and binarised) in the same read.
 //!
 //! Why not faer's product: with two classes its kernel reads 48 rows of every column in turn,
 //! so at d = 64 it draws on 64 streams far apart at once. In a scratch program on this host it
 //! read the input at about 22 GB/s where a sum with independent partial sums read 27 GB/s.
 //! Here a block of rows is read four columns at a time, each column a contiguous run, and each
 //! class's scores for the block wait in cache between the groups (27–28 GB/s in the same
-//! program). The product is then bound by one read of the input, as it must be.
+//! program). The product is then bound by one read of the input, as it must be. Naive Bayes
+//! used to check a chunk in one pass and multiply in another; at d = 64 a 2 MB chunk did not
+//! stay in L2 between them, so the input was read from memory twice.
 //!
 //! Every row's score is the same sequence of fused multiply-adds, from the intercept through
 //! the columns in order, in the vector loop and in the scalar tail alike: a row's bits do not
@@ -13,26 +17,90 @@
 
 use faer::{MatMut, MatRef};
 
-/// Most classes this kernel takes (the largest K the benchmark measures); LDA with more uses
+/// Most classes this kernel takes (the largest K the benchmark measures); models with more use
 /// faer's product, whose output then has enough columns to share each read among many classes
 /// (not measured).
 pub(crate) const MAX_STREAMED_CLASSES: usize = 10;
 
 /// Rows per block: each class's scores for the block (16 KB; 160 KB at K = 10) stay in L1 or
-/// L2 while the groups of columns pass over them.
+/// L2 while the groups of columns pass over them. (4096 rows, and groups of 8 columns, were
+/// within noise of these in the nineteenth round.)
 const BLOCK_ROWS: usize = 2048;
 
 /// Columns read together.
 const GROUP: usize = 4;
 
-/// Writes `out[i, c] = b_c + Σ_j x[i, j] w[c, j]` for `weights` (K × d row-major) and
-/// `intercepts` (K), when K is 2 to [`MAX_STREAMED_CLASSES`] and the columns of `x` and `out`
-/// are contiguous. Returns false, writing nothing, otherwise.
+/// How the kernel reads each feature value, and which values it accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Features {
+    /// As they are, unchecked (LDA: a non-finite value already gives a non-finite score).
+    AsIs,
+    /// As they are; counts, 0 ≤ x < ∞ (multinomial naive Bayes).
+    Counts,
+    /// 1 where x > t, else 0; any finite x (Bernoulli naive Bayes with `binarize`).
+    Above(f64),
+    /// As they are; 0 or 1 (Bernoulli naive Bayes without `binarize`).
+    Binary,
+}
+
+// `Features` as a constant of the kernel, so that each mode compiles to its own loop.
+const AS_IS: u8 = 0;
+const COUNTS: u8 = 1;
+const ABOVE: u8 = 2;
+const BINARY: u8 = 3;
+
+impl Features {
+    fn mode(self) -> u8 {
+        match self {
+            Features::AsIs => AS_IS,
+            Features::Counts => COUNTS,
+            Features::Above(_) => ABOVE,
+            Features::Binary => BINARY,
+        }
+    }
+
+    fn threshold(self) -> f64 {
+        match self {
+            Features::Above(t) => t,
+            _ => 0.0,
+        }
+    }
+
+    /// Whether `v` is a value these features accept (the vector loop's test, one at a time).
+    pub(crate) fn accepts(self, v: f64) -> bool {
+        accepts_scalar(self.mode(), v)
+    }
+}
+
+#[inline(always)]
+fn accepts_scalar(mode: u8, v: f64) -> bool {
+    match mode {
+        COUNTS => (0.0..=f64::MAX).contains(&v),
+        ABOVE => (-f64::MAX..=f64::MAX).contains(&v),
+        BINARY => v == 0.0 || v == 1.0,
+        _ => true,
+    }
+}
+
+#[inline(always)]
+fn read_scalar(mode: u8, t: f64, v: f64) -> f64 {
+    if mode == ABOVE {
+        if v > t { 1.0 } else { 0.0 }
+    } else {
+        v
+    }
+}
+
+/// Writes `out[i, c] = b_c + Σ_j f(x[i, j]) w[c, j]` for `weights` (K × d row-major),
+/// `intercepts` (K) and `f` as `features` says, when K is 2 to [`MAX_STREAMED_CLASSES`] and
+/// the columns of `x` and `out` are contiguous; a row holding a value that `features` does not
+/// accept gets NaN scores instead. Returns false, writing nothing, otherwise.
 pub(crate) fn linear_scores(
     x: MatRef<'_, f64>,
     weights: &[f64],
     intercepts: &[f64],
-    out: MatMut<'_, f64>,
+    features: Features,
+    mut out: MatMut<'_, f64>,
 ) -> bool {
     let (n, d, k) = (x.nrows(), x.ncols(), intercepts.len());
     if !(2..=MAX_STREAMED_CLASSES).contains(&k)
@@ -49,6 +117,7 @@ pub(crate) fn linear_scores(
         return false;
     };
     let Some(scores) = out
+        .as_mut()
         .col_iter_mut()
         .map(|col| col.try_as_col_major_mut().map(|c| c.as_slice_mut()))
         .collect::<Option<Vec<&mut [f64]>>>()
@@ -59,47 +128,77 @@ pub(crate) fn linear_scores(
         columns,
         weights,
         intercepts,
+        threshold: features.threshold(),
         scores,
     };
-    // K is a constant inside the kernel, so that each class's accumulator stays in a register.
-    let arch = pulp::Arch::new();
-    match k {
-        2 => arch.dispatch(Typed::<2>(kernel)),
-        3 => arch.dispatch(Typed::<3>(kernel)),
-        4 => arch.dispatch(Typed::<4>(kernel)),
-        5 => arch.dispatch(Typed::<5>(kernel)),
-        6 => arch.dispatch(Typed::<6>(kernel)),
-        7 => arch.dispatch(Typed::<7>(kernel)),
-        8 => arch.dispatch(Typed::<8>(kernel)),
-        9 => arch.dispatch(Typed::<9>(kernel)),
-        10 => arch.dispatch(Typed::<10>(kernel)),
-        _ => return false,
+    let all_accepted = match features.mode() {
+        COUNTS => dispatch::<COUNTS>(k, kernel),
+        ABOVE => dispatch::<ABOVE>(k, kernel),
+        BINARY => dispatch::<BINARY>(k, kernel),
+        _ => dispatch::<AS_IS>(k, kernel),
+    };
+    if !all_accepted {
+        // Rare: the prediction then reads the chunk again to name the value.
+        mark_rejected_rows(x, features, out);
     }
     true
+}
+
+/// Gives NaN scores to every row of `x` that holds a value `features` does not accept, so that
+/// a prediction that checks scores rather than input sees it.
+pub(crate) fn mark_rejected_rows(x: MatRef<'_, f64>, features: Features, mut out: MatMut<'_, f64>) {
+    if features == Features::AsIs {
+        return;
+    }
+    for i in 0..x.nrows() {
+        if (0..x.ncols()).any(|j| !features.accepts(x[(i, j)])) {
+            out.as_mut().row_mut(i).fill(f64::NAN);
+        }
+    }
+}
+
+/// Runs the kernel with K as a constant, so that each class's accumulator stays in a register;
+/// returns whether every value was accepted.
+fn dispatch<const MODE: u8>(k: usize, kernel: Kernel<'_>) -> bool {
+    let arch = pulp::Arch::new();
+    match k {
+        2 => arch.dispatch(Typed::<2, MODE>(kernel)),
+        3 => arch.dispatch(Typed::<3, MODE>(kernel)),
+        4 => arch.dispatch(Typed::<4, MODE>(kernel)),
+        5 => arch.dispatch(Typed::<5, MODE>(kernel)),
+        6 => arch.dispatch(Typed::<6, MODE>(kernel)),
+        7 => arch.dispatch(Typed::<7, MODE>(kernel)),
+        8 => arch.dispatch(Typed::<8, MODE>(kernel)),
+        9 => arch.dispatch(Typed::<9, MODE>(kernel)),
+        _ => arch.dispatch(Typed::<10, MODE>(kernel)),
+    }
 }
 
 struct Kernel<'a> {
     columns: Vec<&'a [f64]>,
     weights: &'a [f64],
     intercepts: &'a [f64],
+    threshold: f64,
     scores: Vec<&'a mut [f64]>,
 }
 
-struct Typed<'a, const K: usize>(Kernel<'a>);
+struct Typed<'a, const K: usize, const MODE: u8>(Kernel<'a>);
 
-impl<const K: usize> pulp::WithSimd for Typed<'_, K> {
-    type Output = ();
+impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
+    type Output = bool;
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, simd: S) {
+    fn with_simd<S: pulp::Simd>(self, simd: S) -> bool {
         let Kernel {
             columns,
             weights,
             intercepts,
+            threshold,
             mut scores,
         } = self.0;
         let (d, n) = (columns.len(), scores[0].len());
         let b: [f64; K] = std::array::from_fn(|c| intercepts[c]);
+        let mut all_accepted = true;
         for r0 in (0..n).step_by(BLOCK_ROWS) {
             let r1 = (r0 + BLOCK_ROWS).min(n);
             let mut s: [&mut [f64]; K] = match scores
@@ -109,7 +208,7 @@ impl<const K: usize> pulp::WithSimd for Typed<'_, K> {
                 .try_into()
             {
                 Ok(s) => s,
-                Err(_) => return,
+                Err(_) => return false,
             };
             let mut j = 0;
             while j < d {
@@ -119,36 +218,67 @@ impl<const K: usize> pulp::WithSimd for Typed<'_, K> {
                 let w: [[f64; GROUP]; K] = std::array::from_fn(|c| {
                     std::array::from_fn(|q| weights[c * d + (j + q).min(d - 1)])
                 });
-                match (j == 0, width == GROUP) {
-                    (true, true) => group::<S, K, GROUP, true>(simd, &x, &w, &b, &mut s),
-                    (true, false) => group::<S, K, 1, true>(simd, &x, &w, &b, &mut s),
-                    (false, true) => group::<S, K, GROUP, false>(simd, &x, &w, &b, &mut s),
-                    (false, false) => group::<S, K, 1, false>(simd, &x, &w, &b, &mut s),
-                }
+                let t = threshold;
+                all_accepted &= match (j == 0, width == GROUP) {
+                    (true, true) => group::<S, K, GROUP, true, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (true, false) => group::<S, K, 1, true, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (false, true) => group::<S, K, GROUP, false, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (false, false) => group::<S, K, 1, false, MODE>(simd, &x, &w, &b, t, &mut s),
+                };
                 j += width;
             }
         }
+        all_accepted
     }
 }
 
 /// One group of `W` columns (the first `W` of `x` and of each class's `w`) added into every
-/// class's scores `s`; with `FIRST`, the scores start from the intercepts `b` instead.
+/// class's scores `s`; with `FIRST`, the scores start from the intercepts `b` instead. Returns
+/// whether `MODE` accepts every value the group read.
 #[inline(always)]
-fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool>(
+fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const MODE: u8>(
     simd: S,
     x: &[&[f64]; GROUP],
     w: &[[f64; GROUP]; K],
     b: &[f64; K],
+    threshold: f64,
     s: &mut [&mut [f64]; K],
-) {
+) -> bool {
     let xv: [&[S::f64s]; W] = std::array::from_fn(|q| S::as_simd_f64s(x[q]).0);
     let wv: [[S::f64s; W]; K] =
         std::array::from_fn(|c| std::array::from_fn(|q| simd.splat_f64s(w[c][q])));
     let bv: [S::f64s; K] = std::array::from_fn(|c| simd.splat_f64s(b[c]));
+    let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
+    let (max, t) = (simd.splat_f64s(f64::MAX), simd.splat_f64s(threshold));
+    // 1 in every lane while every value read was accepted (a select per vector read; the loop
+    // waits on memory, not on these).
+    let mut accepted = one;
     let vectors = xv[0].len();
     let sv: [&mut [S::f64s]; K] = s.each_mut().map(|c| S::as_mut_simd_f64s(c).0);
     for v in 0..vectors {
-        let xs: [S::f64s; W] = std::array::from_fn(|q| xv[q][v]);
+        // A plain loop, not `array::from_fn`: its closure was not inlined once it held the
+        // checks, and outside the dispatch's target features every comparison and blend became
+        // a call (Bernoulli NB's prediction at d = 64, K = 2 took 0.228 s against 0.059 s).
+        let mut xs = [zero; W];
+        for q in 0..W {
+            let raw = xv[q][v];
+            if MODE != AS_IS {
+                let ok = match MODE {
+                    COUNTS => simd.and_m64s(
+                        simd.greater_than_or_equal_f64s(raw, zero),
+                        simd.less_than_or_equal_f64s(raw, max),
+                    ),
+                    ABOVE => simd.less_than_or_equal_f64s(simd.abs_f64s(raw), max),
+                    _ => simd.or_m64s(simd.equal_f64s(raw, zero), simd.equal_f64s(raw, one)),
+                };
+                accepted = simd.select_f64s(ok, accepted, zero);
+            }
+            xs[q] = if MODE == ABOVE {
+                simd.select_f64s(simd.greater_than_f64s(raw, t), one, zero)
+            } else {
+                raw
+            };
+        }
         for c in 0..K {
             let mut acc = if FIRST { bv[c] } else { sv[c][v] };
             for q in 0..W {
@@ -157,17 +287,23 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool>(
             sv[c][v] = acc;
         }
     }
+    let mut all_accepted = MODE == AS_IS || simd.reduce_min_f64s(accepted) == 1.0;
     // The rows after the last whole vector, with the same operations one at a time.
     let tail = vectors * S::F64_LANES;
     for c in 0..K {
         for (i, out) in s[c].iter_mut().enumerate().skip(tail) {
             let mut acc = if FIRST { b[c] } else { *out };
             for q in 0..W {
-                acc = x[q][i].mul_add(w[c][q], acc);
+                let raw = x[q][i];
+                if c == 0 {
+                    all_accepted &= accepts_scalar(MODE, raw);
+                }
+                acc = read_scalar(MODE, threshold, raw).mul_add(w[c][q], acc);
             }
             *out = acc;
         }
     }
+    all_accepted
 }
 
 #[cfg(test)]
@@ -214,7 +350,7 @@ mod tests {
                 let (x, w, b) = problem(n, d, k);
                 let mut out = Mat::<f64>::from_fn(n, k, |_, _| f64::NAN);
                 assert!(
-                    linear_scores(x.as_ref(), &w, &b, out.as_mut()),
+                    linear_scores(x.as_ref(), &w, &b, Features::AsIs, out.as_mut()),
                     "n {n} d {d} k {k}"
                 );
                 for i in 0..n {
@@ -243,17 +379,122 @@ mod tests {
         }
     }
 
+    /// Each checked mode: the rows it accepts are the chain of its read values (binarised for
+    /// `Above`), and exactly the rows holding a rejected value, in the vector part or the tail,
+    /// in the first column or the last, get NaN scores.
+    #[test]
+    fn checked_modes_read_their_values_and_mark_exactly_the_rejected_rows() {
+        let (n, d, k) = (2100, 6, 3);
+        let (raw, w, b) = problem(n, d, k);
+        let cases: [(Features, Vec<f64>, Vec<f64>); 3] = [
+            // Counts: 0, -0 and the largest finite value are counts.
+            (
+                Features::Counts,
+                vec![0.0, -0.0, f64::MAX, 3.0],
+                vec![-1e-300, -2.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY],
+            ),
+            (
+                Features::Above(0.001),
+                vec![0.001, -f64::MAX, f64::MAX, -0.0],
+                vec![f64::NAN, f64::INFINITY, f64::NEG_INFINITY],
+            ),
+            (
+                Features::Binary,
+                vec![0.0, 1.0, -0.0],
+                vec![0.5, 2.0, -1.0, f64::NAN, f64::INFINITY],
+            ),
+        ];
+        for (features, good, bad) in cases {
+            let mut x = Mat::from_fn(n, d, |i, j| match features {
+                Features::Counts => (raw[(i, j)].abs() * 1e3).round(),
+                Features::Binary => f64::from(raw[(i, j)] > 0.0),
+                _ => raw[(i, j)],
+            });
+            // Accepted edge values in the vector part and in the tail.
+            for (t, v) in good.iter().enumerate() {
+                x[(10 + t, t % d)] = *v;
+                x[(n - 1 - t, (t + 1) % d)] = *v;
+            }
+            // One bad value per input, so that each place must be seen by the kernel itself
+            // (any one seen value has every row checked).
+            let places = [(100, 0), (n - 2, d - 1), (2047, 3), (2048, 5), (n - 20, 2)];
+            for (t, v) in bad.iter().enumerate() {
+                let (row, col) = places[t];
+                let mut xb = x.clone();
+                xb[(row, col)] = *v;
+                let mut out = Mat::<f64>::zeros(n, k);
+                assert!(linear_scores(xb.as_ref(), &w, &b, features, out.as_mut()));
+                let read = Mat::from_fn(n, d, |i, j| {
+                    read_scalar(features.mode(), features.threshold(), xb[(i, j)])
+                });
+                for i in 0..n {
+                    for c in 0..k {
+                        if i == row {
+                            assert!(out[(i, c)].is_nan(), "{features:?}: {v} at ({row}, {col})");
+                        } else {
+                            let want = fma_chain(&read, &w, &b, i, c);
+                            let at = format!("{features:?}, {v} at ({row}, {col}): ({i}, {c})");
+                            assert_eq!(out[(i, c)].to_bits(), want.to_bits(), "{at}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// On valid input the kernel itself reports every value accepted, so the marking pass (a
+    /// second, row-by-row read) does not run.
+    #[test]
+    fn the_kernel_accepts_valid_input_without_the_marking_pass() {
+        let (raw, w, b) = problem(2100, 6, 3);
+        let counts = Mat::from_fn(2100, 6, |i, j| (raw[(i, j)].abs() * 1e3).round());
+        let binary = Mat::from_fn(2100, 6, |i, j| f64::from(raw[(i, j)] > 0.0));
+        for (features, x) in [
+            (Features::Counts, &counts),
+            (Features::Above(0.0), &counts),
+            (Features::Above(0.25), &raw),
+            (Features::Binary, &binary),
+        ] {
+            let kernel = || Kernel {
+                columns: (0..6).map(|j| x.col_as_slice(j)).collect(),
+                weights: &w,
+                intercepts: &b,
+                threshold: features.threshold(),
+                scores: Vec::new(),
+            };
+            let mut out = Mat::<f64>::zeros(2100, 3);
+            let mut k = kernel();
+            k.scores = out
+                .col_iter_mut()
+                .map(|c| c.try_as_col_major_mut().unwrap().as_slice_mut())
+                .collect();
+            let accepted = match features.mode() {
+                COUNTS => dispatch::<COUNTS>(3, k),
+                ABOVE => dispatch::<ABOVE>(3, k),
+                _ => dispatch::<BINARY>(3, k),
+            };
+            assert!(accepted, "{features:?}");
+        }
+    }
+
     #[test]
     fn a_row_has_the_same_bits_wherever_it_falls() {
         let (x, w, b) = problem(2500, 6, 3);
         let mut all = Mat::<f64>::zeros(2500, 3);
-        assert!(linear_scores(x.as_ref(), &w, &b, all.as_mut()));
+        assert!(linear_scores(
+            x.as_ref(),
+            &w,
+            &b,
+            Features::AsIs,
+            all.as_mut()
+        ));
         for (r0, len) in [(0, 1), (5, 1), (2047, 3), (1000, 1500), (2499, 1)] {
             let mut part = Mat::<f64>::zeros(len, 3);
             assert!(linear_scores(
                 x.as_ref().subrows(r0, len),
                 &w,
                 &b,
+                Features::AsIs,
                 part.as_mut()
             ));
             for i in 0..len {
@@ -275,24 +516,49 @@ mod tests {
         let x_rows = x.transpose().to_owned();
         let mut out = Mat::<f64>::zeros(40, 2);
         // Row-major input.
-        assert!(!linear_scores(x_rows.transpose(), &w, &b, out.as_mut()));
+        assert!(!linear_scores(
+            x_rows.transpose(),
+            &w,
+            &b,
+            Features::AsIs,
+            out.as_mut()
+        ));
         // Row-major output.
         let mut out_rows = Mat::<f64>::zeros(2, 40);
         assert!(!linear_scores(
             x.as_ref(),
             &w,
             &b,
+            Features::AsIs,
             out_rows.as_mut().transpose_mut()
         ));
         // One class, and more than the kernel takes.
         let (x1, w1, b1) = problem(40, 3, 1);
         let mut out1 = Mat::<f64>::zeros(40, 1);
-        assert!(!linear_scores(x1.as_ref(), &w1, &b1, out1.as_mut()));
+        assert!(!linear_scores(
+            x1.as_ref(),
+            &w1,
+            &b1,
+            Features::AsIs,
+            out1.as_mut()
+        ));
         let (x11, w11, b11) = problem(40, 3, MAX_STREAMED_CLASSES + 1);
         let mut out11 = Mat::<f64>::zeros(40, MAX_STREAMED_CLASSES + 1);
-        assert!(!linear_scores(x11.as_ref(), &w11, &b11, out11.as_mut()));
+        assert!(!linear_scores(
+            x11.as_ref(),
+            &w11,
+            &b11,
+            Features::AsIs,
+            out11.as_mut()
+        ));
         // Weights of the wrong length.
-        assert!(!linear_scores(x.as_ref(), &w[..5], &b, out.as_mut()));
+        assert!(!linear_scores(
+            x.as_ref(),
+            &w[..5],
+            &b,
+            Features::AsIs,
+            out.as_mut()
+        ));
         for m in [&out, &out1, &out11] {
             assert!(m.col_iter().all(|col| col.iter().all(|v| *v == 0.0)));
         }

@@ -192,7 +192,8 @@ pub trait GenerativeClassifier: Send + Sync {
     /// [`posterior_scores_chunk`](Self::posterior_scores_chunk). Then a prediction checks the
     /// chunk's scores (b × K, in cache) instead of its input, and reads the input only when a
     /// score is not finite (to name the bad value, or to find none: finite values can overflow).
-    /// False by default.
+    /// False by default. The Gaussian models hold it by arithmetic (∞ · 0 is NaN); Bernoulli and
+    /// multinomial naive Bayes by giving NaN scores to a row their check would reject.
     fn scores_reveal_bad_input(&self) -> bool {
         false
     }

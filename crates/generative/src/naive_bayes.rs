@@ -16,6 +16,7 @@
 use density::linalg::matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
+use crate::linear_scores::{Features, linear_scores, mark_rejected_rows};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
@@ -334,27 +335,41 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         }
         Ok(())
     }
+    fn scores_reveal_bad_input(&self) -> bool {
+        // Rows holding a value `check_input` rejects get NaN scores (`mark_rejected_rows`).
+        true
+    }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);
-        // Input was checked by `check_input`, so binarising cannot fail here.
+        // jll = B (ln p − ln(1−p))ᵀ + (ln π + Σ_j ln(1−p)), B the binarised input.
+        let delta: Vec<f64> = (0..k * d)
+            .map(|t| self.log_p[t] - self.log_1mp[t])
+            .collect();
+        let bias: Vec<f64> = (0..k)
+            .map(|c| self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>())
+            .collect();
+        let features = match self.binarize {
+            Some(t) => Features::Above(t),
+            None => Features::Binary,
+        };
+        if linear_scores(x, &delta, &bias, features, out.as_mut()) {
+            return;
+        }
+        // Values that are not 0 or 1 without `binarize` read as 0 here, and are marked below.
         let xb = binarize_chunk(x, self.binarize.or(Some(0.5)), 0)
             .unwrap_or_else(|_| Mat::zeros(x.nrows(), d));
-        // jll = B (ln p − ln(1−p))ᵀ + (ln π + Σ_j ln(1−p))
-        let delta = Mat::from_fn(d, k, |j, c| self.log_p[c * d + j] - self.log_1mp[c * d + j]);
         matmul(
             &mut out,
             Accum::Replace,
             xb.as_ref(),
-            delta.as_ref(),
+            MatRef::from_row_major_slice(&delta, k, d).transpose(),
             1.0,
             Par::Seq,
         );
-        for c in 0..k {
-            let bias = self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>();
-            with_column_mut(out.as_mut(), c, |col| {
-                col.iter_mut().for_each(|v| *v += bias)
-            });
+        for (c, b) in bias.iter().enumerate() {
+            with_column_mut(out.as_mut(), c, |col| col.iter_mut().for_each(|v| *v += b));
         }
+        mark_rejected_rows(x, features, out);
     }
     fn log_prior_penalty(&self) -> f64 {
         self.alpha * self.log_p.iter().chain(&self.log_1mp).sum::<f64>()
@@ -490,9 +505,17 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
     fn check_input(&self, x: MatRef<'_, f64>) -> Result<()> {
         check_non_negative(x, 0)
     }
+    fn scores_reveal_bad_input(&self) -> bool {
+        // Rows holding a value `check_input` rejects get NaN scores (`mark_rejected_rows`).
+        true
+    }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);
-        let theta = MatRef::from_row_major_slice(&self.log_theta, k, d);
+        let (theta, priors) = (&self.log_theta, &self.log_priors);
+        if linear_scores(x, theta, priors, Features::Counts, out.as_mut()) {
+            return;
+        }
+        let theta = MatRef::from_row_major_slice(theta, k, d);
         matmul(
             &mut out,
             Accum::Replace,
@@ -506,6 +529,7 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
                 out[(i, c)] += self.log_priors[c];
             }
         }
+        mark_rejected_rows(x, Features::Counts, out);
     }
     fn log_prior_penalty(&self) -> f64 {
         self.alpha * self.log_theta.iter().sum::<f64>()

@@ -846,6 +846,149 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
     }
 }
 
+/// Multinomial and Bernoulli naive Bayes check each chunk's scores too: the streamed scores
+/// give NaN to a row holding a value their check rejects (a negative count, a value that is
+/// not 0 or 1 without `binarize`, a non-finite one). Every way of predicting must still name
+/// the first bad value of the whole input, with its rule, on the streamed path and on the
+/// fallbacks (row-major input; 11 classes), whatever the thread count.
+#[test]
+fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
+    let (n, d) = (2 * 4096 + 100, 5);
+    let places = [
+        (0, 0),
+        (4095, d - 1),
+        (4096, 2),
+        (8191, 0),
+        (n - 1, d - 1),
+        (5000, 3),
+    ];
+    let counts = |k: usize| Mat::from_fn(n, d, |i, j| ((i * 7 + j * 3 + i / k) % 5) as f64);
+    let labels = |k: usize| (0..n).map(|i| i % k).collect::<Vec<_>>();
+    let fit_mnb = |k: usize| -> Box<dyn GenerativeClassifier> {
+        Box::new(
+            MultinomialNbParams::default()
+                .check()
+                .unwrap()
+                .fit(counts(k).as_ref(), &labels(k), k)
+                .unwrap(),
+        )
+    };
+    let fit_bnb = |k: usize, binarize: Option<f64>| -> Box<dyn GenerativeClassifier> {
+        let spec = BernoulliNbParams {
+            binarize,
+            ..Default::default()
+        };
+        let x = counts(k).as_ref().map(|v| f64::from(*v > 1.5));
+        Box::new(
+            spec.check()
+                .unwrap()
+                .fit(x.as_ref(), &labels(k), k)
+                .unwrap(),
+        )
+    };
+    /// A model's name, the model, valid input for it, and the bad values it must name (true:
+    /// by its rule; false: as non-finite).
+    type Case = (
+        String,
+        Box<dyn GenerativeClassifier>,
+        Mat<f64>,
+        Vec<(f64, bool)>,
+    );
+    let mut cases: Vec<Case> = Vec::new();
+    for k in [3, 11] {
+        let non_finite = [
+            (f64::NAN, false),
+            (f64::INFINITY, false),
+            (f64::NEG_INFINITY, false),
+        ];
+        cases.push((
+            format!("multinomial K {k}"),
+            fit_mnb(k),
+            counts(k),
+            vec![
+                (-1.0, true),
+                (-1e-300, true),
+                (f64::NAN, false),
+                (f64::INFINITY, false),
+            ],
+        ));
+        let binary = counts(k).as_ref().map(|v| f64::from(*v > 1.5));
+        cases.push((
+            format!("Bernoulli K {k}"),
+            fit_bnb(k, Some(0.5)),
+            binary.clone(),
+            non_finite.to_vec(),
+        ));
+        cases.push((
+            format!("Bernoulli binary K {k}"),
+            fit_bnb(k, None),
+            binary.clone(),
+            vec![(0.5, true), (2.0, true)],
+        ));
+        cases.push((
+            format!("Bernoulli binary K {k}, non-finite"),
+            fit_bnb(k, None),
+            binary,
+            non_finite.to_vec(),
+        ));
+    }
+    for (name, m, x, bad_values) in &cases {
+        assert!(m.scores_reveal_bad_input(), "{name}");
+        let k = m.n_classes();
+        for (p, &(row, col)) in places.iter().enumerate() {
+            let (bad, by_rule) = bad_values[p % bad_values.len()];
+            let mut xn = x.clone();
+            xn[(row, col)] = bad;
+            // A later bad value of the same kind in another chunk must not win.
+            if row + 4200 < n {
+                xn[(row + 4200, 0)] = bad;
+            }
+            let named = |r: generative::Result<()>| match r {
+                Err(GenerativeError::InvalidInput {
+                    row: r0, col: c0, ..
+                }) => by_rule && (r0, c0) == (row, col),
+                Err(GenerativeError::NonFiniteInput {
+                    row: r0, col: c0, ..
+                }) => !by_rule && (r0, c0) == (row, col),
+                _ => false,
+            };
+            let xn_rows = xn.transpose().to_owned();
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                pool.install(|| {
+                    for (layout, view) in [("columns", xn.as_ref()), ("rows", xn_rows.transpose())]
+                    {
+                        let at =
+                            format!("{name}, {bad} at ({row}, {col}), {layout}, {threads} threads");
+                        assert!(named(m.predict_proba(view).map(drop)), "{at}: proba");
+                        assert!(named(m.log_joint(view).map(drop)), "{at}: joint");
+                        let mut out = Mat::<f64>::zeros(n, k);
+                        for what in [
+                            model::Posterior::Joint,
+                            model::Posterior::LogProbability,
+                            model::Posterior::Probability,
+                        ] {
+                            assert!(
+                                named(m.log_joint_into(view, out.as_mut(), what)),
+                                "{at}: into {what:?}"
+                            );
+                        }
+                    }
+                });
+            }
+        }
+        // Good input is predicted.
+        let p = m.predict_proba(x.as_ref()).unwrap();
+        assert!(
+            (0..n).all(|i| ((0..k).map(|c| p[(i, c)]).sum::<f64>() - 1.0).abs() < 1e-12),
+            "{name}"
+        );
+    }
+}
+
 /// The claim behind checking scores, at the level of one chunk: a row holding a non-finite
 /// value gets at least one non-finite score, even where a weight of the linear discriminant is
 /// exactly zero (∞ · 0 is NaN) and for every structure's joint.
