@@ -208,6 +208,27 @@ pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>)
         groups,
         centers: None,
         cross: false,
+        threshold: None,
+        sums,
+    })
+}
+
+/// As [`grouped_sums`], of `x > threshold` (1 or 0): adds to `sums[(g, j)]` how many rows of
+/// group g have column j above `threshold` (the counts of a labeled Bernoulli fit, without a
+/// binarised copy). The counts are exact, so they are the bits of summing a binarised copy.
+/// Returns whether a value is not finite (NaN is never above, so the counts cannot show it).
+pub fn grouped_counts_above(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    threshold: f64,
+    sums: MatMut<'_, f64>,
+) -> bool {
+    pulp::Arch::new().dispatch(Grouped {
+        x,
+        groups,
+        centers: None,
+        cross: false,
+        threshold: Some(threshold),
         sums,
     })
 }
@@ -228,6 +249,7 @@ pub fn grouped_sums_sq(
         groups,
         centers: Some(centers),
         cross: false,
+        threshold: None,
         sums,
     });
 }
@@ -253,6 +275,7 @@ pub fn grouped_cross_products(
         groups,
         centers: Some(centers),
         cross: true,
+        threshold: None,
         sums,
     });
 }
@@ -266,6 +289,8 @@ enum Term {
     Square,
     /// (x − c)(y − e), for two columns
     Product,
+    /// 1 if x > t, else 0
+    Above,
 }
 
 /// The arguments of [`grouped_sums`] (no centres), [`grouped_sums_sq`] and
@@ -275,6 +300,8 @@ struct Grouped<'a> {
     groups: &'a [usize],
     centers: Option<MatRef<'a, f64>>,
     cross: bool,
+    /// Counts of values above it ([`grouped_counts_above`]).
+    threshold: Option<f64>,
     sums: MatMut<'a, f64>,
 }
 
@@ -301,6 +328,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         groups,
         centers,
         cross,
+        threshold,
         mut sums,
     } = args;
     debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
@@ -309,10 +337,11 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     let k = sums.nrows();
     let d = x.ncols();
     let whole = n - n % GROUP_PARTIAL_SUMS;
-    let term = match (centers.is_some(), cross) {
-        (false, _) => Term::Value,
-        (true, false) => Term::Square,
-        (true, true) => Term::Product,
+    let term = match (centers.is_some(), cross, threshold) {
+        (false, _, Some(_)) => Term::Above,
+        (false, _, None) => Term::Value,
+        (true, false, _) => Term::Square,
+        (true, true, _) => Term::Product,
     };
     // One mask per group and vector of rows, group-major: the lanes of that vector in the group.
     let ids: Vec<u64> = groups[..whole].iter().map(|&g| g as u64).collect();
@@ -341,7 +370,8 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     let mut scratch_y = Vec::new();
     let mut tree = vec![0.0; k];
     let mut rest = vec![0.0; k];
-    let mut centers_x = vec![0.0; k];
+    // The threshold goes where a centre would, the same for every group.
+    let mut centers_x = vec![threshold.unwrap_or(0.0); k];
     let mut centers_y = vec![0.0; k];
     let mut negative = false;
     for (p, &(j, jy)) in outputs.iter().enumerate() {
@@ -376,6 +406,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                 Term::Product => {
                     group_pass_for::<S, A, 2>(simd, count, columns, masks, &c, &mut out)
                 }
+                Term::Above => group_pass_for::<S, A, 3>(simd, count, columns, masks, &c, &mut out),
             };
             tree[first..first + count].copy_from_slice(&out[..count]);
             first += count;
@@ -387,10 +418,15 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
             .zip(&col_y[whole..n])
             .zip(&groups[whole..n])
         {
-            negative |= term == Term::Value && v < 0.0;
+            negative |= match term {
+                Term::Value => v < 0.0,
+                Term::Above => !v.is_finite(),
+                _ => false,
+            };
             if let Some(r) = rest.get_mut(g) {
                 *r += match term {
                     Term::Value => v,
+                    Term::Above => f64::from(v > centers_x[g]),
                     Term::Square => (v - centers_x[g]) * (v - centers_x[g]),
                     Term::Product => (v - centers_x[g]) * (w - centers_y[g]),
                 };
@@ -428,7 +464,8 @@ fn group_pass_for<S: Simd, const A: usize, const TERM: u8>(
 /// One pass over a column's whole vectors (two columns' for a product) for `G` groups
 /// (`masks`: G runs of one mask per vector; `centers[0][..G]`, `centers[1][..G]`: their
 /// centres in the two columns): each group's tree-combined sum of `TERM` (0: x, 1: (x − c)²,
-/// 2: (x − c)(y − e)) into `out[..G]`. Returns whether a value is below 0 (sums only).
+/// 2: (x − c)(y − e), 3: 1 if x > c, else 0) into `out[..G]`. Returns whether a value is below
+/// 0 (sums), or not finite (counts above).
 #[inline(always)]
 fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
     simd: S,
@@ -443,6 +480,7 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
     let cv: [S::f64s; G] = std::array::from_fn(|g| simd.splat_f64s(centers[0][g]));
     let ev: [S::f64s; G] = std::array::from_fn(|g| simd.splat_f64s(centers[1][g]));
     let mut acc = [[zero; A]; G];
+    let one = simd.splat_f64s(1.0);
     let mut negative = simd.less_than_f64s(zero, zero);
     for (b, (xb, yb)) in xv.chunks_exact(A).zip(yv.chunks_exact(A)).enumerate() {
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
@@ -451,6 +489,11 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
             if TERM == 0 {
                 negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
             }
+            if TERM == 3 {
+                // v − v is 0 exactly when v is finite (NaN for NaN and ±∞).
+                let finite = simd.equal_f64s(simd.sub_f64s(v, v), zero);
+                negative = simd.or_m64s(negative, simd.not_m64s(finite));
+            }
             for g in 0..G {
                 let t = match TERM {
                     0 => v,
@@ -458,7 +501,8 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
                         let delta = simd.sub_f64s(v, cv[g]);
                         simd.mul_f64s(delta, delta)
                     }
-                    _ => simd.mul_f64s(simd.sub_f64s(v, cv[g]), simd.sub_f64s(yb[a], ev[g])),
+                    2 => simd.mul_f64s(simd.sub_f64s(v, cv[g]), simd.sub_f64s(yb[a], ev[g])),
+                    _ => simd.select_f64s(simd.greater_than_f64s(v, cv[g]), one, zero),
                 };
                 acc[g][a] = simd.add_f64s(acc[g][a], simd.select_f64s(mb[g][a], t, zero));
             }
@@ -648,6 +692,60 @@ mod tests {
         }
     }
 
+    /// Counts above a threshold are a direct count per group (values at the threshold and
+    /// below it count 0, rows of an unknown group nothing), and the flag is exactly whether a
+    /// value is not finite, in the vector part or in the tail.
+    #[test]
+    fn grouped_counts_above_match_a_direct_count_and_flag_non_finite_values() {
+        for n in [0, 1, 15, 16, 17, 100, 4099] {
+            let (x, w) = data(n);
+            // Values exactly at the threshold, 3.0, are not above it.
+            let m = faer::Mat::from_fn(n, 2, |i, j| {
+                if j == 0 {
+                    x[i]
+                } else if i % 5 == 0 {
+                    3.0
+                } else {
+                    w[i] + 2.5
+                }
+            });
+            for k in [1, 2, 3, 5, 8, 9, 10] {
+                let groups = group_ids(n, k);
+                let mut counts = faer::Mat::from_fn(k, 2, |g, j| (g + 3 * j) as f64);
+                let flagged = grouped_counts_above(m.as_ref(), &groups, 3.0, counts.as_mut());
+                assert!(!flagged, "n = {n}, k = {k}");
+                for j in 0..2 {
+                    for g in 0..k {
+                        let want = (0..n)
+                            .filter(|&i| groups[i] == g && m[(i, j)] > 3.0)
+                            .count();
+                        assert_eq!(
+                            counts[(g, j)],
+                            (want + g + 3 * j) as f64,
+                            "n = {n}, k = {k}, group {g}, column {j}"
+                        );
+                    }
+                }
+            }
+        }
+        let n = 100;
+        for (row, bad) in [
+            (3, f64::NAN),
+            (50, f64::INFINITY),
+            (98, f64::NEG_INFINITY),
+            (97, f64::NAN),
+        ] {
+            let m =
+                faer::Mat::from_fn(n, 2, |i, j| if (i, j) == (row, 1) { bad } else { i as f64 });
+            let groups = group_ids(n, 3);
+            let mut counts = faer::Mat::zeros(3, 2);
+            assert!(
+                grouped_counts_above(m.as_ref(), &groups, 0.5, counts.as_mut()),
+                "{bad} at row {row}"
+            );
+        }
+    }
+
     /// The widest instruction set, AVX2 where present and the scalar path give the same bits,
     /// for column-major and row-major blocks: sums, squares and cross products.
     #[test]
@@ -658,6 +756,7 @@ mod tests {
             groups: &[usize],
             centers: Option<faer::MatRef<'_, f64>>,
             cross: bool,
+            threshold: Option<f64>,
             k: usize,
             run: F,
         ) -> (faer::Mat<f64>, bool)
@@ -671,6 +770,7 @@ mod tests {
                 groups,
                 centers,
                 cross,
+                threshold,
                 sums: sums.as_mut(),
             });
             (sums, negative)
@@ -686,24 +786,25 @@ mod tests {
             for k in [2, 3, 10] {
                 let groups = group_ids(n, k);
                 let centers = faer::Mat::from_fn(k, 3, |g, j| 0.1 * g as f64 - 0.3 * j as f64);
-                for (c, cross) in [
-                    (None, false),
-                    (Some(centers.as_ref()), false),
-                    (Some(centers.as_ref()), true),
+                for (c, cross, t) in [
+                    (None, false, None),
+                    (Some(centers.as_ref()), false, None),
+                    (Some(centers.as_ref()), true, None),
+                    (None, false, Some(0.2)),
                 ] {
-                    let scalar = on(col_major.as_ref(), &groups, c, cross, k, |a| {
+                    let scalar = on(col_major.as_ref(), &groups, c, cross, t, k, |a| {
                         pulp::WithSimd::with_simd(a, pulp::Scalar::new())
                     });
                     let mut paths = vec![
                         (
                             "widest",
-                            on(col_major.as_ref(), &groups, c, cross, k, |a| {
+                            on(col_major.as_ref(), &groups, c, cross, t, k, |a| {
                                 pulp::Arch::new().dispatch(a)
                             }),
                         ),
                         (
                             "widest, row-major",
-                            on(row_major.transpose(), &groups, c, cross, k, |a| {
+                            on(row_major.transpose(), &groups, c, cross, t, k, |a| {
                                 pulp::Arch::new().dispatch(a)
                             }),
                         ),
@@ -712,7 +813,7 @@ mod tests {
                     if let Some(v3) = pulp::x86::V3::try_new() {
                         paths.push((
                             "avx2",
-                            on(col_major.as_ref(), &groups, c, cross, k, |a| {
+                            on(col_major.as_ref(), &groups, c, cross, t, k, |a| {
                                 v3.vectorize(|| pulp::WithSimd::with_simd(a, v3))
                             }),
                         ));

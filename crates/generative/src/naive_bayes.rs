@@ -74,6 +74,20 @@ impl CountStats {
         let negative = density::moments::grouped_sums(x, labels, self.counts.as_mut());
         negative || !self.counts.is_all_finite()
     }
+    /// As `add_labeled_chunk`, of `x > threshold` (a Bernoulli fit's counts, without a
+    /// binarised copy of the chunk). Returns whether a value is not finite, so that the fit can
+    /// check this chunk and name it.
+    fn add_labeled_chunk_above(
+        &mut self,
+        x: MatRef<'_, f64>,
+        labels: &[usize],
+        threshold: f64,
+    ) -> bool {
+        for &l in labels {
+            self.class_weights[l] += 1.0;
+        }
+        density::moments::grouped_counts_above(x, labels, threshold, self.counts.as_mut())
+    }
     fn merge(&mut self, other: &Self) {
         for (a, b) in self.class_weights.iter_mut().zip(&other.class_weights) {
             *a += b;
@@ -83,13 +97,15 @@ impl CountStats {
     /// Runs `prepare` (e.g. binarising) on each chunk, then accumulates in chunk order.
     /// With `check_counts` (multinomial), values must be finite counts (≥ 0): the check is fused
     /// into the counting pass of labeled chunks, where it replaces the finiteness check, and runs
-    /// before counting weighted ones.
+    /// before counting weighted ones. With `above` (Bernoulli's threshold), labeled chunks are
+    /// counted above it in one pass that also sees non-finite values, instead of `prepare`.
     fn collect<F>(
         sets: &[WeightedRows<'_>],
         k: usize,
         d: usize,
         prepare: F,
         check_counts: bool,
+        above: Option<f64>,
     ) -> Result<Self>
     where
         F: Fn(MatRef<'_, f64>, usize) -> Result<Option<Mat<f64>>> + Sync,
@@ -99,6 +115,12 @@ impl CountStats {
             if let (Some(labels), true) = (chunk.labels, check_counts) {
                 if st.add_labeled_chunk(chunk.x, labels) {
                     check_non_negative(chunk.x, chunk.first_row)?;
+                }
+                return Ok(st);
+            }
+            if let (Some(labels), Some(t)) = (chunk.labels, above) {
+                if st.add_labeled_chunk_above(chunk.x, labels, t) {
+                    check_chunk(&chunk)?;
                 }
                 return Ok(st);
             }
@@ -263,6 +285,7 @@ impl WeightedFit for Checked<BernoulliNbParams> {
             d,
             |x, r0| binarize_chunk(x, self.binarize, r0).map(Some),
             false,
+            self.binarize,
         )?;
         let a = self.alpha;
         let mut log_p = Vec::with_capacity(k * d);
@@ -443,7 +466,7 @@ impl WeightedFit for Checked<MultinomialNbParams> {
     type Model = MultinomialNaiveBayes;
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<MultinomialNaiveBayes> {
         let (d, k) = check_sets(sets)?;
-        let st = CountStats::collect(sets, k, d, |_, _| Ok(None), true)?;
+        let st = CountStats::collect(sets, k, d, |_, _| Ok(None), true, None)?;
         let a = self.alpha;
         let mut log_theta = Vec::with_capacity(k * d);
         for c in 0..k {

@@ -989,6 +989,63 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
     }
 }
 
+/// A labeled Bernoulli fit counts values above its threshold in one pass over each chunk
+/// (`grouped_counts_above`). It must give the model that the binarised input gives on the
+/// copying path (`binarize` off), and name the first non-finite value, which the counts cannot
+/// show, on any thread count.
+#[test]
+fn bernoulli_labeled_fits_count_above_the_threshold_and_name_non_finite_values() {
+    let (n, d) = (2 * 4096 + 333, 6);
+    for k in [2, 3, 10] {
+        let (x, y) = gaussian_data(n, d, k, 31);
+        let t = 0.4;
+        let above = BernoulliNbParams {
+            binarize: Some(t),
+            ..Default::default()
+        };
+        let copied = BernoulliNbParams {
+            binarize: None,
+            ..Default::default()
+        };
+        let fused = above
+            .clone()
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, k)
+            .unwrap();
+        let binary = x.as_ref().map(|v| f64::from(*v > t));
+        let reference = copied.check().unwrap().fit(binary.as_ref(), &y, k).unwrap();
+        assert!(
+            fused.feature_log_prob() == reference.feature_log_prob(),
+            "K {k}"
+        );
+        assert_eq!(fused.log_priors(), reference.log_priors(), "K {k}");
+        for (row, col, bad) in [
+            (0, 0, f64::NAN),
+            (4095, d - 1, f64::INFINITY),
+            (4096, 2, f64::NEG_INFINITY),
+            (n - 1, 3, f64::NAN),
+        ] {
+            let mut xb = x.clone();
+            xb[(row, col)] = bad;
+            if row + 4200 < n {
+                xb[(row + 4200, 0)] = f64::NAN;
+            }
+            for threads in [1, 2] {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let got = pool.install(|| above.clone().check().unwrap().fit(xb.as_ref(), &y, k));
+                assert!(
+                    matches!(got, Err(GenerativeError::NonFiniteInput { row: r, col: c, .. }) if (r, c) == (row, col)),
+                    "K {k}, {bad} at ({row}, {col}), {threads} threads: {got:?}"
+                );
+            }
+        }
+    }
+}
+
 /// The claim behind checking scores, at the level of one chunk: a row holding a non-finite
 /// value gets at least one non-finite score, even where a weight of the linear discriminant is
 /// exactly zero (∞ · 0 is NaN) and for every structure's joint.
