@@ -93,7 +93,7 @@ fn read_scalar(mode: u8, t: f64, v: f64) -> f64 {
 
 /// Writes `out[i, c] = b_c + Σ_j f(x[i, j]) w[c, j]` for `weights` (K × d row-major),
 /// `intercepts` (K) and `f` as `features` says, when K is 2 to [`MAX_STREAMED_CLASSES`] and
-/// the columns of `x` and `out` are contiguous; a row holding a value that `features` does not
+/// the columns of `x` (d ≥ 1) and `out` are contiguous; a row holding a value that `features` does not
 /// accept gets NaN scores instead. Returns false, writing nothing, otherwise.
 pub(crate) fn linear_scores(
     x: MatRef<'_, f64>,
@@ -103,7 +103,9 @@ pub(crate) fn linear_scores(
     mut out: MatMut<'_, f64>,
 ) -> bool {
     let (n, d, k) = (x.nrows(), x.ncols(), intercepts.len());
+    // No features: the scores would never start from the intercepts (the first group sets them).
     if !(2..=MAX_STREAMED_CLASSES).contains(&k)
+        || d == 0
         || weights.len() != k * d
         || out.nrows() != n
         || out.ncols() != k
@@ -147,7 +149,9 @@ pub(crate) fn linear_scores(
 /// Gives NaN scores to every row of `x` that holds a value `features` does not accept, so that
 /// a prediction that checks scores rather than input sees it.
 pub(crate) fn mark_rejected_rows(x: MatRef<'_, f64>, features: Features, mut out: MatMut<'_, f64>) {
-    if features == Features::AsIs {
+    // Column by column first (contiguous in the usual layout); rows only when one is rejected.
+    let rejected = |v: &f64| !features.accepts(*v);
+    if features == Features::AsIs || !(0..x.ncols()).any(|j| x.col(j).iter().any(rejected)) {
         return;
     }
     for i in 0..x.nrows() {
@@ -550,6 +554,15 @@ mod tests {
             &b11,
             Features::AsIs,
             out11.as_mut()
+        ));
+        // No features.
+        let (x0, w0, b0) = problem(40, 0, 2);
+        assert!(!linear_scores(
+            x0.as_ref(),
+            &w0,
+            &b0,
+            Features::AsIs,
+            out.as_mut()
         ));
         // Weights of the wrong length.
         assert!(!linear_scores(

@@ -783,6 +783,39 @@ fn fit_gaussian(s: CovarianceStructure, x: &Mat<f64>, y: &[usize], k: usize) -> 
         .unwrap()
 }
 
+/// Places of an n × d input (n > 8192) for a bad value: the first and last cells, both sides of
+/// the first chunk's edge (4096 rows), the second chunk's last row and the middle of a chunk.
+fn chunk_edges(n: usize, d: usize) -> [(usize, usize); 6] {
+    [
+        (0, 0),
+        (4095, d - 1),
+        (4096, 2),
+        (8191, 0),
+        (n - 1, d - 1),
+        (5000, 3),
+    ]
+}
+
+/// Runs `f` in a rayon pool of `threads` threads.
+fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
+/// `x` with `bad` at (`row`, `col`) and, where there is room, `later` 4200 rows below it (in
+/// another chunk), which an error must not name instead.
+fn with_bad_value(x: &Mat<f64>, (row, col): (usize, usize), bad: f64, later: f64) -> Mat<f64> {
+    let mut xn = x.clone();
+    xn[(row, col)] = bad;
+    if row + 4200 < x.nrows() {
+        xn[(row + 4200, 0)] = later;
+    }
+    xn
+}
+
 /// A Gaussian prediction checks each chunk's scores rather than its input, and reads the input
 /// only when a score is not finite (`scores_reveal_bad_input`). Every way of predicting, with
 /// every structure, must still name the first non-finite value (row-major) of the whole input,
@@ -791,32 +824,16 @@ fn fit_gaussian(s: CovarianceStructure, x: &Mat<f64>, y: &[usize], k: usize) -> 
 fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
     let (n, d) = (2 * 4096 + 100, 5);
     let (x, y) = gaussian_data(n, d, 3, 21);
-    let places = [
-        (0, 0),
-        (4095, d - 1),
-        (4096, 2),
-        (8191, 0),
-        (n - 1, d - 1),
-        (5000, 3),
-    ];
+    let places = chunk_edges(n, d);
     for s in structures() {
         let m = fit_gaussian(s, &x, &y, 3);
         assert!(m.scores_reveal_bad_input());
         for (p, &(row, col)) in places.iter().enumerate() {
             let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][p % 3];
-            let mut xn = x.clone();
-            xn[(row, col)] = bad;
-            // A later bad value in another chunk must not win.
-            if row + 4200 < n {
-                xn[(row + 4200, 0)] = f64::NAN;
-            }
+            let xn = with_bad_value(&x, (row, col), bad, f64::NAN);
             for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
                 let named = |r: generative::Result<()>| matches!(r, Err(GenerativeError::NonFiniteInput { row: r0, col: c0, .. }) if r0 == row && c0 == col);
-                pool.install(|| {
+                on_threads(threads, || {
                     assert!(
                         named(m.predict_proba(xn.as_ref()).map(drop)),
                         "{s:?} ({row}, {col}) proba"
@@ -854,14 +871,7 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
 #[test]
 fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
     let (n, d) = (2 * 4096 + 100, 5);
-    let places = [
-        (0, 0),
-        (4095, d - 1),
-        (4096, 2),
-        (8191, 0),
-        (n - 1, d - 1),
-        (5000, 3),
-    ];
+    let places = chunk_edges(n, d);
     let counts = |k: usize| Mat::from_fn(n, d, |i, j| ((i * 7 + j * 3 + i / k) % 5) as f64);
     let labels = |k: usize| (0..n).map(|i| i % k).collect::<Vec<_>>();
     let fit_mnb = |k: usize| -> Box<dyn GenerativeClassifier> {
@@ -937,12 +947,9 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
         let k = m.n_classes();
         for (p, &(row, col)) in places.iter().enumerate() {
             let (bad, by_rule) = bad_values[p % bad_values.len()];
-            let mut xn = x.clone();
-            xn[(row, col)] = bad;
-            // A later bad value of the same kind in another chunk must not win.
-            if row + 4200 < n {
-                xn[(row + 4200, 0)] = bad;
-            }
+            // The later value is of the same kind (a Bernoulli check of 0 or 1 sees non-finite
+            // values before others in a chunk).
+            let xn = with_bad_value(x, (row, col), bad, bad);
             let named = |r: generative::Result<()>| match r {
                 Err(GenerativeError::InvalidInput {
                     row: r0, col: c0, ..
@@ -954,11 +961,7 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
             };
             let xn_rows = xn.transpose().to_owned();
             for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                pool.install(|| {
+                on_threads(threads, || {
                     for (layout, view) in [("columns", xn.as_ref()), ("rows", xn_rows.transpose())]
                     {
                         let at =
@@ -1026,17 +1029,11 @@ fn bernoulli_labeled_fits_count_above_the_threshold_and_name_non_finite_values()
             (4096, 2, f64::NEG_INFINITY),
             (n - 1, 3, f64::NAN),
         ] {
-            let mut xb = x.clone();
-            xb[(row, col)] = bad;
-            if row + 4200 < n {
-                xb[(row + 4200, 0)] = f64::NAN;
-            }
+            let xb = with_bad_value(&x, (row, col), bad, f64::NAN);
             for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let got = pool.install(|| above.clone().check().unwrap().fit(xb.as_ref(), &y, k));
+                let got = on_threads(threads, || {
+                    above.clone().check().unwrap().fit(xb.as_ref(), &y, k)
+                });
                 assert!(
                     matches!(got, Err(GenerativeError::NonFiniteInput { row: r, col: c, .. }) if (r, c) == (row, col)),
                     "K {k}, {bad} at ({row}, {col}), {threads} threads: {got:?}"
