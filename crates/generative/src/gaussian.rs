@@ -23,10 +23,9 @@ use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
 use density::scatter::{ClassBlocks, MAX_PACKED_CLASSES};
-
-use crate::linear_scores::{self, Features};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
+use crate::linear_scores::{self, Features};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };

@@ -378,7 +378,8 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         if linear_scores(x, &delta, &bias, features, out.as_mut()) {
             return;
         }
-        // Values that are not 0 or 1 without `binarize` read as 0 here, and are marked below.
+        // Without `binarize`, a value that is not 0 or 1 is read at the threshold 0.5 here, and
+        // its row is marked below.
         let xb = binarize_chunk(x, self.binarize.or(Some(0.5)), 0)
             .unwrap_or_else(|_| Mat::zeros(x.nrows(), d));
         matmul(
