@@ -198,22 +198,18 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
             weights,
             intercepts,
             threshold,
-            mut scores,
+            scores,
         } = self.0;
+        // The class columns as an array once, so that each block slices them without allocating.
+        let Ok(mut scores): Result<[&mut [f64]; K], _> = scores.try_into() else {
+            return false;
+        };
         let (d, n) = (columns.len(), scores[0].len());
         let b: [f64; K] = std::array::from_fn(|c| intercepts[c]);
         let mut all_accepted = true;
         for r0 in (0..n).step_by(BLOCK_ROWS) {
             let r1 = (r0 + BLOCK_ROWS).min(n);
-            let mut s: [&mut [f64]; K] = match scores
-                .iter_mut()
-                .map(|col| &mut col[r0..r1])
-                .collect::<Vec<_>>()
-                .try_into()
-            {
-                Ok(s) => s,
-                Err(_) => return false,
-            };
+            let mut s: [&mut [f64]; K] = scores.each_mut().map(|col| &mut col[r0..r1]);
             let mut j = 0;
             while j < d {
                 let width = if d - j >= GROUP { GROUP } else { 1 };
