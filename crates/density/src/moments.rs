@@ -375,7 +375,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     let mut centers_y = vec![0.0; k];
     let mut negative = false;
     for (p, &(j, jy)) in outputs.iter().enumerate() {
-        if matches!(term, Term::Value | Term::Above) && k > 2 && j % TOUCHED_COLUMNS == 0 {
+        if matches!(term, Term::Value | Term::Above) && j % TOUCHED_COLUMNS == 0 {
             touch_columns(x, j, n);
         }
         let col = crate::block::column(x, j, &mut scratch);
@@ -450,9 +450,11 @@ const TOUCHED_COLUMNS: usize = 4;
 /// them in cache. Why: a pass reads one column run of a chunk (32 KB at 4096 rows), so a core
 /// has one stream from memory in flight and the prefetcher starts again at every column; the
 /// labeled multinomial fit at d = 64, K = 10 read its input at about 9 GB/s, stalled on the
-/// column's loads. With four streams in flight: 0.0572 → 0.0416 s (nineteenth round). Only for
-/// sums and counts with more than two groups: with two groups, or before the squares' pass of a
-/// diagonal fit, it was within noise or slower (Gaussian NB fit at d = 64, K = 2: 0.0435 →
+/// column's loads. With four streams in flight: 0.0572 → 0.0416 s (nineteenth round). For sums
+/// and counts, which are a chunk's first read in every labeled fit that uses them (since the
+/// twentieth round the Gaussian ones check the values through their sums, with no scan before):
+/// at K = 2 it then helps too (Gaussian NB fit at d = 64 0.0431 → 0.0352 s, multinomial 0.0269
+/// → 0.0249 s). Not before the squares' pass, which reads a chunk already in cache (0.0435 →
 /// 0.0497 s). The value read is discarded; `black_box` keeps the loads.
 fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
     let columns: Option<Vec<&[f64]>> = (j..(j + TOUCHED_COLUMNS).min(x.ncols()))

@@ -29,7 +29,9 @@ use crate::linear_scores::{self, Features};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label_with};
+use crate::parallel::{
+    Chunk, LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label_with,
+};
 use crate::{GenerativeError, Result};
 use density::block::{column, gather_rows, with_column_mut};
 
@@ -221,34 +223,42 @@ fn by_masks(k: usize, d: usize) -> bool {
     k <= MASKED_MAX_CLASSES && k * d * (d + 1) / 2 <= MASKED_MAX_PRODUCTS
 }
 
-/// Each class's row count and mean (`labels[i] < k`, weight one each).
-fn class_counts_and_means(
-    x: MatRef<'_, f64>,
+/// Each class's row count and mean (`labels[i] < k`, weight one each), after checking the
+/// chunk's values. The check is the sums' own: a NaN or ±∞ anywhere makes its class's sum
+/// non-finite, so only then is the chunk scanned, to name the first such value (or to find
+/// none: finite values whose sum overflowed, which go on as before). This saves a whole pass
+/// over a chunk that is usually read from memory for the first time here.
+fn checked_class_counts_and_means(
+    chunk: &Chunk<'_>,
     labels: &[usize],
     k: usize,
-) -> (Vec<usize>, Mat<f64>) {
+) -> Result<(Vec<usize>, Mat<f64>)> {
     // One comparison pass per class (it vectorises) rather than `counts[label] += 1`, whose
     // steps wait on each other's stores when neighbouring rows share a class.
     let counts: Vec<usize> = (0..k)
         .map(|c| labels.iter().map(|&l| usize::from(l == c)).sum())
         .collect();
+    let x = chunk.x;
     let mut sums = Mat::zeros(k, x.ncols());
     density::moments::grouped_sums(x, labels, sums.as_mut());
+    if !sums.is_all_finite() {
+        check_chunk(chunk)?;
+    }
     let means = Mat::from_fn(k, x.ncols(), |c, j| match counts[c] {
         0 => 0.0,
         n => sums[(c, j)] / n as f64,
     });
-    (counts, means)
+    Ok((counts, means))
 }
 
 /// The full statistics of each class's rows of `x` (`labels[i] < k`, weight one each), centred
 /// at the exact class means, by mask: no grouping and no copy.
-fn full_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<SufficientStats> {
-    let d = x.ncols();
-    let (counts, means) = class_counts_and_means(x, labels, k);
+fn full_class_stats(chunk: &Chunk<'_>, labels: &[usize], k: usize) -> Result<Vec<SufficientStats>> {
+    let (x, d) = (chunk.x, chunk.x.ncols());
+    let (counts, means) = checked_class_counts_and_means(chunk, labels, k)?;
     let mut lower = Mat::zeros(k, d * (d + 1) / 2);
     density::moments::grouped_cross_products(x, labels, means.as_ref(), lower.as_mut());
-    (0..k)
+    Ok((0..k)
         .map(|c| {
             let packed: Vec<f64> = lower.row(c).iter().copied().collect();
             SufficientStats::full_from_packed(
@@ -257,16 +267,20 @@ fn full_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<Suffi
                 &packed,
             )
         })
-        .collect()
+        .collect())
 }
 
 /// The diagonal statistics of each class's rows of `x` (`labels[i] < k`, weight one each).
-fn diagonal_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<SufficientStats> {
-    let d = x.ncols();
-    let (counts, means) = class_counts_and_means(x, labels, k);
+fn diagonal_class_stats(
+    chunk: &Chunk<'_>,
+    labels: &[usize],
+    k: usize,
+) -> Result<Vec<SufficientStats>> {
+    let (x, d) = (chunk.x, chunk.x.ncols());
+    let (counts, means) = checked_class_counts_and_means(chunk, labels, k)?;
     let mut scatter = Mat::zeros(k, d);
     density::moments::grouped_sums_sq(x, labels, means.as_ref(), scatter.as_mut());
-    (0..k)
+    Ok((0..k)
         .map(|c| {
             SufficientStats::diagonal_from_parts(
                 counts[c] as f64,
@@ -274,7 +288,7 @@ fn diagonal_class_stats(x: MatRef<'_, f64>, labels: &[usize], k: usize) -> Vec<S
                 scatter.row(c).iter().copied().collect(),
             )
         })
-        .collect()
+        .collect())
 }
 
 impl WeightedFit for Checked<GaussianParams> {
@@ -316,17 +330,16 @@ impl WeightedFit for Checked<GaussianParams> {
                     })
                     .collect());
             }
-            check_chunk(&chunk)?;
             // Diagonal statistics of labeled rows with few classes: each class's sums, then its
             // squared deviations, in two SIMD passes over the chunk, with no grouping and no
-            // copy. With more classes each pass costs K masked operations per value, and the
-            // copy in class order below wins (d = 16 and 64: 1.2-2x faster at K = 2, 1.4-1.8x
-            // slower at K = 10).
+            // copy; the sums also check the values. With more classes each pass costs K masked
+            // operations per value, and the copy in class order below wins (d = 16 and 64:
+            // 1.2-2x faster at K = 2, 1.4-1.8x slower at K = 10).
             if let Some(labels) = chunk.labels
                 && kind == ScatterKind::Diagonal
                 && k <= IN_PLACE_MAX_CLASSES
             {
-                return Ok(diagonal_class_stats(chunk.x, labels, k));
+                return diagonal_class_stats(&chunk, labels, k);
             }
             // Full statistics of labeled rows with few features and few classes: the same two
             // passes, each class's products of deviations by mask.
@@ -334,8 +347,9 @@ impl WeightedFit for Checked<GaussianParams> {
                 && kind == ScatterKind::Full
                 && by_masks(k, d)
             {
-                return Ok(full_class_stats(chunk.x, labels, k));
+                return full_class_stats(&chunk, labels, k);
             }
+            check_chunk(&chunk)?;
             let mut w_buf = Vec::new();
             let mut out = Vec::with_capacity(k);
             match chunk.labels {

@@ -469,7 +469,31 @@ pub fn check_rows(
 ) -> Result<()> {
     let mut scratch = Vec::new();
     let mut any = false;
-    for j in 0..x.ncols() {
+    let mut j = 0;
+    // Four columns side by side where they are contiguous: a scan of one column run of a chunk
+    // at a time has one stream from memory in flight per core, and this scan is often the
+    // first read of a chunk (see `density::moments::touch_columns`).
+    while j + 4 <= x.ncols() {
+        let cols: Option<Vec<&[f64]>> = (j..j + 4)
+            .map(|c| x.col(c).try_as_col_major().map(|c| c.as_slice()))
+            .collect();
+        let Some(cols) = cols else { break };
+        let [a, b, c, e] = [cols[0], cols[1], cols[2], cols[3]];
+        any |= pulp::Arch::new().dispatch(
+            #[inline(always)]
+            || {
+                a.iter()
+                    .zip(b)
+                    .zip(c)
+                    .zip(e)
+                    .fold(false, |acc, (((a, b), c), e)| {
+                        acc | bad(*a) | bad(*b) | bad(*c) | bad(*e)
+                    })
+            },
+        );
+        j += 4;
+    }
+    for j in j..x.ncols() {
         let col = column(x, j, &mut scratch);
         any |= pulp::Arch::new().dispatch(
             #[inline(always)]

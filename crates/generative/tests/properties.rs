@@ -1190,6 +1190,53 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
     ));
 }
 
+/// Labeled Gaussian fits with few classes (diagonal at K <= 2; full and tied with few features)
+/// check a chunk's values through its class sums, and scan it only when a sum is not finite.
+/// They must still name the first bad value (row-major) of the whole input, wherever it lies,
+/// whatever its kind, in either layout and on any thread count; and finite values whose sums
+/// overflow must not be reported as non-finite.
+#[test]
+fn labeled_gaussian_fits_checked_by_their_sums_name_every_bad_value() {
+    use CovarianceStructure::*;
+    let n = 2 * 4096 + 100;
+    for (s, d) in [(Diagonal, 5), (Spherical, 9), (Full, 4), (Tied, 4)] {
+        let (x, y) = gaussian_data(n, d, 2, 23);
+        let spec = GaussianParams::with_structure(s).check().unwrap();
+        for (p, &(row, col)) in chunk_edges(n, d).iter().enumerate() {
+            let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][p % 3];
+            let mut xn = with_bad_value(&x, (row, col), bad, f64::NAN);
+            // A second bad value of the opposite sign in the same class, column and chunk,
+            // after the first: their class sum is NaN, and the first must be named.
+            if row + 2 < n && (row + 2) / 4096 == row / 4096 {
+                xn[(row + 2, col)] = -bad;
+            }
+            for threads in [1, 2] {
+                for view in [xn.as_ref(), xn.transpose().to_owned().transpose()] {
+                    let got = on_threads(threads, || spec.fit(view, &y, 2));
+                    assert!(
+                        matches!(
+                            got,
+                            Err(GenerativeError::NonFiniteInput { row: r, col: c, .. })
+                                if (r, c) == (row, col)
+                        ),
+                        "{s:?} at ({row}, {col}) = {bad}, {threads} threads: {got:?}"
+                    );
+                }
+            }
+        }
+        // Finite values whose class sums overflow to infinity: no value is named.
+        let mut huge = x.clone();
+        for i in 0..8 {
+            huge[(4096 + 2 * i, d - 1)] = 1e308;
+        }
+        let got = spec.fit(huge.as_ref(), &y, 2);
+        assert!(
+            !matches!(got, Err(GenerativeError::NonFiniteInput { .. })),
+            "{s:?}: {got:?}"
+        );
+    }
+}
+
 #[test]
 fn predictions_are_never_nan_far_from_the_data() {
     let (x, y) = gaussian_data(200, 2, 2, 5);
