@@ -443,7 +443,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
 }
 
 /// Columns whose rows [`touch_columns`] reads together.
-const TOUCHED_COLUMNS: usize = 4;
+pub(crate) const TOUCHED_COLUMNS: usize = 4;
 
 /// Reads one value per cache line of rows `..n` of columns `j .. j + TOUCHED_COLUMNS` of a
 /// column-major `x`, the columns side by side, so that the passes over them that follow find
@@ -456,7 +456,7 @@ const TOUCHED_COLUMNS: usize = 4;
 /// at K = 2 it then helps too (Gaussian NB fit at d = 64 0.0431 → 0.0352 s, multinomial 0.0269
 /// → 0.0249 s). Not before the squares' pass, which reads a chunk already in cache (0.0435 →
 /// 0.0497 s). The value read is discarded; `black_box` keeps the loads.
-fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
+pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
     let columns: Option<Vec<&[f64]>> = (j..(j + TOUCHED_COLUMNS).min(x.ncols()))
         .map(|c| x.col(c).try_as_col_major().map(|c| c.as_slice()))
         .collect();

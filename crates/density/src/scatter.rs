@@ -13,6 +13,7 @@
 //! fixed by the block size and the SIMD width: a given machine gives the same bits for any thread
 //! count (as with faer's products, the last bits may differ between instruction sets).
 
+use crate::moments::{TOUCHED_COLUMNS, touch_columns};
 use faer::MatRef;
 
 /// Weighted mean and scatter of the rows of `x` (n × d, any layout) with weights `w` (length n,
@@ -128,6 +129,11 @@ impl ClassBlocks {
             }
             let classes = &self.classes;
             for j in 0..d {
+                // The split is the chunk's first read: four column streams in flight rather than
+                // one (LDA fit at d = 16, K = 2: 0.0143 -> 0.0136 s; d = 64 0.0884 -> 0.0841 s).
+                if j % TOUCHED_COLUMNS == 0 {
+                    touch_columns(x, j, n);
+                }
                 let col = &mut block[j * stride..(j + 1) * stride];
                 finite &= match x.col(j).try_as_col_major() {
                     Some(src) => {
@@ -163,6 +169,9 @@ impl ClassBlocks {
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
         let mut finite = true;
         for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
+            if j % TOUCHED_COLUMNS == 0 {
+                touch_columns(x, j, x.nrows());
+            }
             finite &= match x.col(j).try_as_col_major() {
                 Some(src) => {
                     // The column is first read in order, with SIMD, for the finiteness check:
