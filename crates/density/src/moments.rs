@@ -210,6 +210,7 @@ pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>)
         cross: false,
         threshold: None,
         sums,
+        squares: None,
     })
 }
 
@@ -230,6 +231,7 @@ pub fn grouped_counts_above(
         cross: false,
         threshold: Some(threshold),
         sums,
+        squares: None,
     })
 }
 
@@ -251,7 +253,36 @@ pub fn grouped_sums_sq(
         cross: false,
         threshold: None,
         sums,
+        squares: None,
     });
+}
+
+/// [`grouped_sums`] and [`grouped_sums_sq`] at the group means in one sweep: writes to
+/// `sums[(g, j)]` group g's sum of column j and to `squares[(g, j)]` the sum of its squared
+/// deviations from the mean `sums[(g, j)] / counts[g]` (0 for an empty group). Each column's
+/// squares are taken right after its sums, while the column is still in L1, rather than in a
+/// second pass over the whole block from L2. The bits are those of `grouped_sums` into a zeroed
+/// `sums`, then `grouped_sums_sq` at those means. `counts[g]` must be group g's number of rows.
+/// Returns whether any value is below zero, as [`grouped_sums`].
+pub fn grouped_sums_and_squares(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    sums: MatMut<'_, f64>,
+    squares: MatMut<'_, f64>,
+) -> bool {
+    debug_assert_eq!(counts.len(), sums.nrows());
+    debug_assert_eq!(squares.nrows(), sums.nrows());
+    debug_assert_eq!(squares.ncols(), x.ncols());
+    pulp::Arch::new().dispatch(Grouped {
+        x,
+        groups,
+        centers: None,
+        cross: false,
+        threshold: None,
+        sums,
+        squares: Some((counts, squares)),
+    })
 }
 
 /// As [`grouped_sums_sq`], of the products of deviations of every pair of columns: adds to
@@ -277,6 +308,7 @@ pub fn grouped_cross_products(
         cross: true,
         threshold: None,
         sums,
+        squares: None,
     });
 }
 
@@ -293,8 +325,9 @@ enum Term {
     Above,
 }
 
-/// The arguments of [`grouped_sums`] (no centres), [`grouped_sums_sq`] and
-/// [`grouped_cross_products`] (`cross`).
+/// The arguments of [`grouped_sums`] (no centres), [`grouped_sums_sq`],
+/// [`grouped_cross_products`] (`cross`), [`grouped_counts_above`] (`threshold`) and
+/// [`grouped_sums_and_squares`] (`squares`).
 struct Grouped<'a> {
     x: MatRef<'a, f64>,
     groups: &'a [usize],
@@ -303,6 +336,10 @@ struct Grouped<'a> {
     /// Counts of values above it ([`grouped_counts_above`]).
     threshold: Option<f64>,
     sums: MatMut<'a, f64>,
+    /// With sums only: each group's row count and the output for each column's squared
+    /// deviations from its group means, taken right after the column's sums
+    /// ([`grouped_sums_and_squares`]).
+    squares: Option<(&'a [usize], MatMut<'a, f64>)>,
 }
 
 impl pulp::WithSimd for Grouped<'_> {
@@ -318,7 +355,7 @@ impl pulp::WithSimd for Grouped<'_> {
     }
 }
 
-/// [`grouped_sums`], [`grouped_sums_sq`] or [`grouped_cross_products`] with `A` vectors of
+/// [`grouped_sums`] and the other kernels of [`Grouped`] with `A` vectors of
 /// `S::F64_LANES` lanes per group holding its 16 partial sums (vector a, lane l: partial sum
 /// a · lanes + l).
 #[inline(always)]
@@ -330,6 +367,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         cross,
         threshold,
         mut sums,
+        mut squares,
     } = args;
     debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
     debug_assert_eq!(groups.len(), x.nrows());
@@ -368,12 +406,18 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     };
     let mut scratch = Vec::new();
     let mut scratch_y = Vec::new();
-    let mut tree = vec![0.0; k];
-    let mut rest = vec![0.0; k];
+    let (mut totals, mut rest) = (vec![0.0; k], vec![0.0; k]);
     // The threshold goes where a centre would, the same for every group.
     let mut centers_x = vec![threshold.unwrap_or(0.0); k];
     let mut centers_y = vec![0.0; k];
     let mut negative = false;
+    let shape = Shape {
+        groups: &groups[..n],
+        whole,
+        masks: &masks,
+        vectors,
+        per_pass,
+    };
     for (p, &(j, jy)) in outputs.iter().enumerate() {
         if matches!(term, Term::Value | Term::Above) && j % TOUCHED_COLUMNS == 0 {
             touch_columns(x, j, n);
@@ -390,54 +434,118 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                 centers_y[g] = c[(g, jy)];
             }
         }
-        let (xv, _) = S::as_simd_f64s(&col[..whole]);
-        let (yv, _) = S::as_simd_f64s(&col_y[..whole]);
-        let mut first = 0;
-        while first < k {
-            let count = (k - first).min(per_pass);
-            let masks = &masks[first * vectors..(first + count) * vectors];
-            let mut c = [[0.0; 8]; 2];
-            c[0][..count].copy_from_slice(&centers_x[first..first + count]);
-            c[1][..count].copy_from_slice(&centers_y[first..first + count]);
-            let mut out = [0.0; 8];
-            let columns = (xv, yv);
-            negative |= match term {
-                Term::Value => group_pass_for::<S, A, 0>(simd, count, columns, masks, &c, &mut out),
-                Term::Square => {
-                    group_pass_for::<S, A, 1>(simd, count, columns, masks, &c, &mut out)
+        negative |= column_totals::<S, A>(
+            simd,
+            term,
+            (col, col_y),
+            &shape,
+            (&centers_x, &centers_y),
+            (&mut totals, &mut rest),
+        );
+        match &mut squares {
+            None => {
+                for g in 0..k {
+                    sums[(g, p)] += totals[g];
                 }
-                Term::Product => {
-                    group_pass_for::<S, A, 2>(simd, count, columns, masks, &c, &mut out)
+            }
+            Some((counts, squares)) => {
+                // `0.0 +` gives the bits of adding to a zeroed output (a sum of -0.0 becomes
+                // 0.0), so the means are those of `grouped_sums` into zeros.
+                for g in 0..k {
+                    let sum = 0.0 + totals[g];
+                    sums[(g, p)] = sum;
+                    centers_x[g] = match counts[g] {
+                        0 => 0.0,
+                        c => sum / c as f64,
+                    };
                 }
-                Term::Above => group_pass_for::<S, A, 3>(simd, count, columns, masks, &c, &mut out),
-            };
-            tree[first..first + count].copy_from_slice(&out[..count]);
-            first += count;
-        }
-        // The rows after the last whole 16, in order, after the tree.
-        rest.fill(0.0);
-        for ((&v, &w), &g) in col[whole..n]
-            .iter()
-            .zip(&col_y[whole..n])
-            .zip(&groups[whole..n])
-        {
-            negative |= match term {
-                Term::Value => v < 0.0,
-                Term::Above => !v.is_finite(),
-                _ => false,
-            };
-            if let Some(r) = rest.get_mut(g) {
-                *r += match term {
-                    Term::Value => v,
-                    Term::Above => f64::from(v > centers_x[g]),
-                    Term::Square => (v - centers_x[g]) * (v - centers_x[g]),
-                    Term::Product => (v - centers_x[g]) * (w - centers_y[g]),
-                };
+                column_totals::<S, A>(
+                    simd,
+                    Term::Square,
+                    (col, col),
+                    &shape,
+                    (&centers_x, &centers_y),
+                    (&mut totals, &mut rest),
+                );
+                for g in 0..k {
+                    squares[(g, p)] = 0.0 + totals[g];
+                }
             }
         }
-        for g in 0..k {
-            sums[(g, p)] += tree[g] + rest[g];
+    }
+    negative
+}
+
+/// What [`column_totals`] needs of a block besides its column: each row's group (the rows it
+/// sums), the rows in whole runs of 16, the group masks (group-major, `vectors` per group) and
+/// how many groups one pass over the column takes.
+struct Shape<'a, M> {
+    groups: &'a [usize],
+    whole: usize,
+    masks: &'a [M],
+    vectors: usize,
+    per_pass: usize,
+}
+
+/// Each group's total of `term` over one column (two for a product), into `totals`: the
+/// 16 partial sums of its whole runs of 16 rows combined in a fixed tree, then the rows after
+/// the last whole 16, in order (summed in `rest`, k long). Returns whether a value is below zero
+/// (sums) or not finite (counts above).
+#[inline(always)]
+fn column_totals<S: Simd, const A: usize>(
+    simd: S,
+    term: Term,
+    (col, col_y): (&[f64], &[f64]),
+    shape: &Shape<'_, S::m64s>,
+    (centers_x, centers_y): (&[f64], &[f64]),
+    (totals, rest): (&mut [f64], &mut [f64]),
+) -> bool {
+    let k = totals.len();
+    let (whole, n, vectors) = (shape.whole, shape.groups.len(), shape.vectors);
+    let (xv, _) = S::as_simd_f64s(&col[..whole]);
+    let (yv, _) = S::as_simd_f64s(&col_y[..whole]);
+    let mut negative = false;
+    let mut first = 0;
+    while first < k {
+        let count = (k - first).min(shape.per_pass);
+        let masks = &shape.masks[first * vectors..(first + count) * vectors];
+        let mut c = [[0.0; 8]; 2];
+        c[0][..count].copy_from_slice(&centers_x[first..first + count]);
+        c[1][..count].copy_from_slice(&centers_y[first..first + count]);
+        let mut out = [0.0; 8];
+        let columns = (xv, yv);
+        negative |= match term {
+            Term::Value => group_pass_for::<S, A, 0>(simd, count, columns, masks, &c, &mut out),
+            Term::Square => group_pass_for::<S, A, 1>(simd, count, columns, masks, &c, &mut out),
+            Term::Product => group_pass_for::<S, A, 2>(simd, count, columns, masks, &c, &mut out),
+            Term::Above => group_pass_for::<S, A, 3>(simd, count, columns, masks, &c, &mut out),
+        };
+        totals[first..first + count].copy_from_slice(&out[..count]);
+        first += count;
+    }
+    // The rows after the last whole 16, in order, after the tree.
+    rest.fill(0.0);
+    for ((&v, &w), &g) in col[whole..n]
+        .iter()
+        .zip(&col_y[whole..n])
+        .zip(&shape.groups[whole..n])
+    {
+        negative |= match term {
+            Term::Value => v < 0.0,
+            Term::Above => !v.is_finite(),
+            _ => false,
+        };
+        if let Some(r) = rest.get_mut(g) {
+            *r += match term {
+                Term::Value => v,
+                Term::Above => f64::from(v > centers_x[g]),
+                Term::Square => (v - centers_x[g]) * (v - centers_x[g]),
+                Term::Product => (v - centers_x[g]) * (w - centers_y[g]),
+            };
         }
+    }
+    for (t, r) in totals.iter_mut().zip(rest.iter()) {
+        *t += r;
     }
     negative
 }
@@ -779,6 +887,70 @@ mod tests {
         }
     }
 
+    /// `grouped_sums_and_squares` writes the bits of `grouped_sums` into zeros followed by
+    /// `grouped_sums_sq` at the means they give, in either layout, with empty groups, rows of no
+    /// group, a large offset and a column of negative zeros, and flags negative values alike.
+    #[test]
+    fn sums_and_squares_in_one_sweep_give_the_bits_of_two_passes() {
+        use faer::Mat;
+        for n in [0, 3, 16, 77, 4133] {
+            let (x, w) = data(n);
+            let col_major = Mat::from_fn(n, 5, |i, j| match j {
+                0 => x[i],
+                1 => w[i] - 0.5,
+                2 => -0.0,
+                3 => x[i] * 1e3 + 1e9,
+                _ => x[i] * w[i],
+            });
+            let row_major = col_major.transpose().to_owned();
+            for k in [1, 2, 3, 9, 10] {
+                let groups = group_ids(n, k);
+                let counts: Vec<usize> = (0..k)
+                    .map(|g| groups.iter().filter(|&&h| h == g).count())
+                    .collect();
+                let mut sums = Mat::zeros(k, 5);
+                let negative = grouped_sums(col_major.as_ref(), &groups, sums.as_mut());
+                let means = Mat::from_fn(k, 5, |g, j| match counts[g] {
+                    0 => 0.0,
+                    c => sums[(g, j)] / c as f64,
+                });
+                let mut squares = Mat::zeros(k, 5);
+                grouped_sums_sq(
+                    col_major.as_ref(),
+                    &groups,
+                    means.as_ref(),
+                    squares.as_mut(),
+                );
+                for (layout, view) in [
+                    ("column-major", col_major.as_ref()),
+                    ("row-major", row_major.transpose()),
+                ] {
+                    let mut got_sums = Mat::from_fn(k, 5, |_, _| f64::NAN);
+                    let mut got_squares = Mat::from_fn(k, 5, |_, _| f64::NAN);
+                    let got_negative = grouped_sums_and_squares(
+                        view,
+                        &groups,
+                        &counts,
+                        got_sums.as_mut(),
+                        got_squares.as_mut(),
+                    );
+                    assert_eq!(got_negative, negative, "{layout}, n = {n}, k = {k}");
+                    for g in 0..k {
+                        for j in 0..5 {
+                            let at = format!("{layout}, n = {n}, k = {k}, ({g}, {j})");
+                            assert_eq!(got_sums[(g, j)].to_bits(), sums[(g, j)].to_bits(), "{at}");
+                            assert_eq!(
+                                got_squares[(g, j)].to_bits(),
+                                squares[(g, j)].to_bits(),
+                                "{at}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The widest instruction set, AVX2 where present and the scalar path give the same bits,
     /// for column-major and row-major blocks: sums, squares and cross products.
     #[test]
@@ -805,6 +977,7 @@ mod tests {
                 cross,
                 threshold,
                 sums: sums.as_mut(),
+                squares: None,
             });
             (sums, negative)
         }
