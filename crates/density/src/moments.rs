@@ -203,15 +203,7 @@ const GROUP_PARTIAL_SUMS: usize = 16;
 /// in one fixed tree and followed by the rows after the last whole 16, in order: every
 /// instruction set gives the same bits.
 pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>) -> bool {
-    pulp::Arch::new().dispatch(Grouped {
-        x,
-        groups,
-        centers: None,
-        cross: false,
-        threshold: None,
-        sums,
-        squares: None,
-    })
+    pulp::Arch::new().dispatch(Grouped::sums(x, groups, sums))
 }
 
 /// As [`grouped_sums`], of `x > threshold` (1 or 0): adds to `sums[(g, j)]` how many rows of
@@ -225,13 +217,8 @@ pub fn grouped_counts_above(
     sums: MatMut<'_, f64>,
 ) -> bool {
     pulp::Arch::new().dispatch(Grouped {
-        x,
-        groups,
-        centers: None,
-        cross: false,
         threshold: Some(threshold),
-        sums,
-        squares: None,
+        ..Grouped::sums(x, groups, sums)
     })
 }
 
@@ -247,13 +234,8 @@ pub fn grouped_sums_sq(
     debug_assert_eq!(centers.nrows(), sums.nrows());
     debug_assert_eq!(centers.ncols(), x.ncols());
     pulp::Arch::new().dispatch(Grouped {
-        x,
-        groups,
         centers: Some(centers),
-        cross: false,
-        threshold: None,
-        sums,
-        squares: None,
+        ..Grouped::sums(x, groups, sums)
     });
 }
 
@@ -275,13 +257,8 @@ pub fn grouped_sums_and_squares(
     debug_assert_eq!(squares.nrows(), sums.nrows());
     debug_assert_eq!(squares.ncols(), x.ncols());
     pulp::Arch::new().dispatch(Grouped {
-        x,
-        groups,
-        centers: None,
-        cross: false,
-        threshold: None,
-        sums,
         squares: Some((counts, squares)),
+        ..Grouped::sums(x, groups, sums)
     })
 }
 
@@ -302,13 +279,9 @@ pub fn grouped_cross_products(
     debug_assert_eq!(centers.ncols(), x.ncols());
     debug_assert_eq!(sums.ncols(), x.ncols() * (x.ncols() + 1) / 2);
     pulp::Arch::new().dispatch(Grouped {
-        x,
-        groups,
         centers: Some(centers),
         cross: true,
-        threshold: None,
-        sums,
-        squares: None,
+        ..Grouped::sums(x, groups, sums)
     });
 }
 
@@ -340,6 +313,21 @@ struct Grouped<'a> {
     /// deviations from its group means, taken right after the column's sums
     /// ([`grouped_sums_and_squares`]).
     squares: Option<(&'a [usize], MatMut<'a, f64>)>,
+}
+
+impl<'a> Grouped<'a> {
+    /// The arguments of plain sums ([`grouped_sums`]); each other kernel sets its own fields.
+    fn sums(x: MatRef<'a, f64>, groups: &'a [usize], sums: MatMut<'a, f64>) -> Self {
+        Grouped {
+            x,
+            groups,
+            centers: None,
+            cross: false,
+            threshold: None,
+            sums,
+            squares: None,
+        }
+    }
 }
 
 impl pulp::WithSimd for Grouped<'_> {
@@ -971,13 +959,10 @@ mod tests {
             let d = x.ncols();
             let mut sums = faer::Mat::zeros(k, if cross { d * (d + 1) / 2 } else { d });
             let negative = run(Grouped {
-                x,
-                groups,
                 centers,
                 cross,
                 threshold,
-                sums: sums.as_mut(),
-                squares: None,
+                ..Grouped::sums(x, groups, sums.as_mut())
             });
             (sums, negative)
         }
