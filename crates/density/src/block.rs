@@ -18,6 +18,16 @@ pub fn column<'a>(x: MatRef<'a, f64>, j: usize, scratch: &'a mut Vec<f64>) -> &'
     }
 }
 
+/// Columns `cols` of `x` as slices, if every one of them is contiguous (the usual
+/// column-major case); `None` otherwise, for the caller's path for other layouts.
+pub fn contiguous_columns<'a>(
+    x: MatRef<'a, f64>,
+    cols: std::ops::Range<usize>,
+) -> Option<Vec<&'a [f64]>> {
+    cols.map(|j| x.col(j).try_as_col_major().map(|c| c.as_slice()))
+        .collect()
+}
+
 /// Runs `f` on column `j` of `m` as a mutable slice: in place when contiguous, else copied out
 /// and back.
 #[inline(always)]

@@ -553,10 +553,8 @@ pub(crate) const TOUCHED_COLUMNS: usize = 4;
 /// → 0.0249 s). Not before the squares' pass, which reads a chunk already in cache (0.0435 →
 /// 0.0497 s). The value read is discarded; `black_box` keeps the loads.
 pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
-    let columns: Option<Vec<&[f64]>> = (j..(j + TOUCHED_COLUMNS).min(x.ncols()))
-        .map(|c| x.col(c).try_as_col_major().map(|c| c.as_slice()))
-        .collect();
-    let Some(columns) = columns else {
+    let last = (j + TOUCHED_COLUMNS).min(x.ncols());
+    let Some(columns) = crate::block::contiguous_columns(x, j..last) else {
         return;
     };
     let mut touched = 0.0;

@@ -112,10 +112,7 @@ pub(crate) fn linear_scores(
     {
         return false;
     }
-    let Some(columns) = (0..d)
-        .map(|j| x.col(j).try_as_col_major().map(|c| c.as_slice()))
-        .collect::<Option<Vec<&[f64]>>>()
-    else {
+    let Some(columns) = density::block::contiguous_columns(x, 0..d) else {
         return false;
     };
     let Some(scores) = out

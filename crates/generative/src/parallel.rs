@@ -474,10 +474,9 @@ pub fn check_rows(
     // at a time has one stream from memory in flight per core, and this scan is often the
     // first read of a chunk (see `density::moments::touch_columns`).
     while j + 4 <= x.ncols() {
-        let cols: Option<Vec<&[f64]>> = (j..j + 4)
-            .map(|c| x.col(c).try_as_col_major().map(|c| c.as_slice()))
-            .collect();
-        let Some(cols) = cols else { break };
+        let Some(cols) = density::block::contiguous_columns(x, j..j + 4) else {
+            break;
+        };
         let [a, b, c, e] = [cols[0], cols[1], cols[2], cols[3]];
         any |= pulp::Arch::new().dispatch(
             #[inline(always)]
