@@ -108,6 +108,11 @@ mod simd {
     /// Bytes read at once; shorter inputs take the portable path.
     pub const WINDOW: usize = 32;
 
+    /// How far ahead of the number being read the input is asked for. The hardware prefetcher
+    /// alone left a quarter of the reader's time waiting for the input at the start of a
+    /// number; 1, 2, 4 and 8 KiB ahead gave the same times, within noise.
+    const PREFETCH_AHEAD: usize = 2048;
+
     /// Most digits whose integer fits a `u64` whatever they are.
     const MAX_DIGITS: u32 = 19;
 
@@ -192,6 +197,8 @@ mod simd {
         debug_assert!(bytes.len() >= WINDOW);
         // SAFETY: `bytes` has at least WINDOW = 32 readable bytes (checked by the caller).
         let v = unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) };
+        // Never faults, whatever the address.
+        _mm_prefetch::<_MM_HINT_T0>(bytes.as_ptr().cast::<i8>().wrapping_add(PREFETCH_AHEAD));
         let digits = _mm256_sub_epi8(v, _mm256_set1_epi8(b'0' as i8));
         let is_digit = _mm256_cmple_epu8_mask(digits, _mm256_set1_epi8(9));
         let is_dot = _mm256_cmpeq_epi8_mask(v, _mm256_set1_epi8(b'.' as i8));
