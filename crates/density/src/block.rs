@@ -28,6 +28,26 @@ pub fn contiguous_columns<'a>(
         .collect()
 }
 
+/// Asks the CPU to bring the cache line holding `values[at]` into cache, without waiting for it
+/// (nothing when `at` is past the end, or off x86-64): for a pass that knows what it reads
+/// next, so that reading it from memory overlaps the arithmetic on what is already in cache.
+#[inline(always)]
+pub fn prefetch(values: &[f64], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = values.get(at) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE, the instruction's only feature, is in every x86-64 CPU; a prefetch
+        // changes nothing the program can read and cannot fault (here the address is inside
+        // `values` anyway).
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(v).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (values, at);
+}
+
 /// Runs `f` on column `j` of `m` as a mutable slice: in place when contiguous, else copied out
 /// and back.
 #[inline(always)]
