@@ -378,14 +378,17 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         let gv = simd.splat_u64s(g as u64);
         masks.extend(id_vectors.iter().map(|&v| simd.equal_u64s(v, gv)));
     }
-    // Groups per pass over a column: at most 16 vector accumulators live at once (of 32
-    // AVX-512 registers), 8 with 16 registers; half as many for products, whose passes also
-    // hold two centres per group.
-    let per_pass = match (A == 2, term == Term::Product) {
-        (true, false) => 8,
-        (true, true) => 4,
-        (false, false) => (8 / A).max(1),
-        (false, true) => (4 / A).max(1),
+    // Groups per pass over a column: with 32 AVX-512 registers, up to 20 vector accumulators
+    // live at once for sums and counts (whose term is the same for every group), 16 for
+    // squares (which also hold a centre per group), 8 for products (two centres per group);
+    // with 16 registers, half as many. Each group's sum runs in the same order whatever pass
+    // it is in, so the grouping never changes a result.
+    let per_pass = match (A == 2, term) {
+        (true, Term::Value | Term::Above) => MAX_GROUPS_PER_PASS,
+        (true, Term::Square) => 8,
+        (true, Term::Product) => 4,
+        (false, Term::Product) => (4 / A).max(1),
+        (false, _) => (8 / A).max(1),
     };
     // The output columns: (j, k) with its pair number, one per column j, or one per pair k ≤ j.
     let outputs: Vec<(usize, usize)> = match term {
@@ -511,10 +514,10 @@ fn column_totals<S: Simd, const A: usize>(
     while first < k {
         let count = (k - first).min(shape.per_pass);
         let masks = &shape.masks[first * vectors..(first + count) * vectors];
-        let mut c = [[0.0; 8]; 2];
+        let mut c = [[0.0; MAX_GROUPS_PER_PASS]; 2];
         c[0][..count].copy_from_slice(&centers_x[first..first + count]);
         c[1][..count].copy_from_slice(&centers_y[first..first + count]);
-        let mut out = [0.0; 8];
+        let mut out = [0.0; MAX_GROUPS_PER_PASS];
         // The column ahead is asked for during the first pass only.
         let columns = (xv, yv, if first == 0 { ahead } else { &[] });
         negative |= match term {
@@ -593,15 +596,18 @@ pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
     std::hint::black_box(touched);
 }
 
-/// [`group_pass`] for `count` (1 to 8) groups.
+/// Most groups one pass over a column sums ([`group_pass_for`]).
+const MAX_GROUPS_PER_PASS: usize = 10;
+
+/// [`group_pass`] for `count` (1 to [`MAX_GROUPS_PER_PASS`]) groups.
 #[inline(always)]
 fn group_pass_for<S: Simd, const A: usize, const TERM: u8>(
     simd: S,
     count: usize,
     columns: (&[S::f64s], &[S::f64s], &[f64]),
     masks: &[S::m64s],
-    centers: &[[f64; 8]; 2],
-    out: &mut [f64; 8],
+    centers: &[[f64; MAX_GROUPS_PER_PASS]; 2],
+    out: &mut [f64; MAX_GROUPS_PER_PASS],
 ) -> bool {
     match count {
         1 => group_pass::<S, A, 1, TERM>(simd, columns, masks, centers, out),
@@ -611,22 +617,24 @@ fn group_pass_for<S: Simd, const A: usize, const TERM: u8>(
         5 => group_pass::<S, A, 5, TERM>(simd, columns, masks, centers, out),
         6 => group_pass::<S, A, 6, TERM>(simd, columns, masks, centers, out),
         7 => group_pass::<S, A, 7, TERM>(simd, columns, masks, centers, out),
-        _ => group_pass::<S, A, 8, TERM>(simd, columns, masks, centers, out),
+        8 => group_pass::<S, A, 8, TERM>(simd, columns, masks, centers, out),
+        9 => group_pass::<S, A, 9, TERM>(simd, columns, masks, centers, out),
+        _ => group_pass::<S, A, 10, TERM>(simd, columns, masks, centers, out),
     }
 }
 
 /// One pass over a column's whole vectors (two columns' for a product) for `G` groups
 /// (`masks`: G runs of one mask per vector; `centers[0][..G]`, `centers[1][..G]`: their
 /// centres in the two columns): each group's tree-combined sum of `TERM` (0: x, 1: (x − c)²,
-/// 2: (x − c)(y − e), 3: 1 if x > c, else 0) into `out[..G]`. Returns whether a value is below
-/// 0 (sums), or not finite (counts above).
+/// 2: (x − c)(y − e), 3: 1 if x > c, else 0, where c is the threshold, every group's centre)
+/// into `out[..G]`. Returns whether a value is below 0 (sums), or not finite (counts above).
 #[inline(always)]
 fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
     simd: S,
     (xv, yv, ahead): (&[S::f64s], &[S::f64s], &[f64]),
     masks: &[S::m64s],
-    centers: &[[f64; 8]; 2],
-    out: &mut [f64; 8],
+    centers: &[[f64; MAX_GROUPS_PER_PASS]; 2],
+    out: &mut [f64; MAX_GROUPS_PER_PASS],
 ) -> bool {
     let zero = simd.splat_f64s(0.0);
     let vectors = xv.len();
@@ -646,11 +654,15 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
             if TERM == 0 {
                 negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
             }
-            if TERM == 3 {
+            // Counts above: the threshold is every group's centre, so the term is computed once.
+            let above = if TERM == 3 {
                 // v − v is 0 exactly when v is finite (NaN for NaN and ±∞).
                 let finite = simd.equal_f64s(simd.sub_f64s(v, v), zero);
                 negative = simd.or_m64s(negative, simd.not_m64s(finite));
-            }
+                simd.select_f64s(simd.greater_than_f64s(v, cv[0]), one, zero)
+            } else {
+                zero
+            };
             for g in 0..G {
                 let t = match TERM {
                     0 => v,
@@ -659,7 +671,7 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
                         simd.mul_f64s(delta, delta)
                     }
                     2 => simd.mul_f64s(simd.sub_f64s(v, cv[g]), simd.sub_f64s(yb[a], ev[g])),
-                    _ => simd.select_f64s(simd.greater_than_f64s(v, cv[g]), one, zero),
+                    _ => above,
                 };
                 acc[g][a] = simd.add_f64s(acc[g][a], simd.select_f64s(mb[g][a], t, zero));
             }
