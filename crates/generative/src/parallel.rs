@@ -314,9 +314,8 @@ where
                     #[inline(always)]
                     || labels.iter().fold(0, |m, &l| m.max(l)),
                 );
-                if let Some(i) = (largest >= n_classes)
-                    .then(|| labels.iter().position(|l| *l >= n_classes))
-                    .flatten()
+                if largest >= n_classes
+                    && let Some(i) = labels.iter().position(|l| *l >= n_classes)
                 {
                     return Err(GenerativeError::InvalidParameter {
                         name: "labels",
