@@ -22,7 +22,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
-use density::scatter::{ClassBlocks, MAX_PACKED_CLASSES};
+use density::scatter::{ClassBlocks, split_packs};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::linear_scores::{self, Features};
@@ -325,13 +325,13 @@ impl WeightedFit for Checked<GaussianParams> {
             // Full scatters of labeled rows (but for few features and classes, below): the
             // chunk is copied once into the classes' blocks, which also tells whether its values
             // are finite, so it is read once, not a second time by the check. Up to 4 classes
-            // are packed out of each column with AVX-512; more are grouped first and copied by
-            // index.
+            // are packed out of each column with AVX-512; more, or any without AVX-512, are
+            // grouped first and copied by index.
             if let Some(labels) = chunk.labels
                 && kind == ScatterKind::Full
                 && !by_masks(k, d)
             {
-                let finite = if k <= MAX_PACKED_CLASSES {
+                let finite = if split_packs(k) {
                     blocks.split(chunk.x, labels, k)
                 } else {
                     let groups = LabelGroups::new(labels, k);
