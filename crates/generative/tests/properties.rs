@@ -84,12 +84,15 @@ fn log_joint_matches_direct_gaussian_formula() {
 
 #[test]
 fn each_rows_log_joint_is_the_same_bits_alone_in_a_block_and_in_any_layout() {
-    // 200 rows: whole SIMD blocks and a remainder row by row. A row alone is always in the
-    // remainder; a row-major input or output takes the copying paths. Not the tied
+    // 1100 rows of 9 features: whole SIMD blocks and a remainder row by row, blocks of rows
+    // (512 in the diagonal kernel for AVX2) and the last one shorter, groups of columns (4) and
+    // single columns after them. A row alone is always in the remainder; a row-major input or
+    // output takes the copying paths. Not the tied
     // structure: its whitening is faer's triangular solve over the whole chunk, whose blocking
     // depends on the chunk's width, so a row's last bit may depend on its chunk (the chunks are
     // fixed, so it still does not depend on the thread count).
-    let (x, y) = gaussian_data(200, 5, 3, 9);
+    let (n, d) = (1100, 9);
+    let (x, y) = gaussian_data(n, d, 3, 9);
     let x_rows = x.transpose().to_owned();
     let row_wise = structures()
         .into_iter()
@@ -102,14 +105,14 @@ fn each_rows_log_joint_is_the_same_bits_alone_in_a_block_and_in_any_layout() {
             .unwrap();
         let all = m.log_joint(x.as_ref()).unwrap();
         let from_rows = m.log_joint(x_rows.transpose()).unwrap();
-        let mut into_rows = Mat::<f64>::zeros(3, 200);
+        let mut into_rows = Mat::<f64>::zeros(3, n);
         m.log_joint_into(
             x.as_ref(),
             into_rows.as_mut().transpose_mut(),
             model::Posterior::Joint,
         )
         .unwrap();
-        for i in 0..200 {
+        for i in 0..n {
             let alone = m.log_joint(x.as_ref().subrows(i, 1)).unwrap();
             for k in 0..3 {
                 let bits = all[(i, k)].to_bits();
