@@ -15,8 +15,10 @@ use faer::{Mat, MatRef};
 
 use crate::{DensityError, Result};
 
-/// Rows per chunk in [`SufficientStats::from_rows`].
-const FROM_ROWS_CHUNK: usize = 8192;
+/// Rows per chunk in [`SufficientStats::from_rows`]: a caller that computes the chunks'
+/// statistics in parallel (each with [`SufficientStats::accumulate_rows`]) and merges them in
+/// order gets the same bits.
+pub const FROM_ROWS_CHUNK: usize = 8192;
 
 /// Combine two summaries of disjoint data into the summary of their union.
 pub trait Mergeable {
