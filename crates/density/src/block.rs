@@ -28,6 +28,13 @@ pub fn contiguous_columns<'a>(
         .collect()
 }
 
+/// Every column of `m` as a mutable slice, if each is contiguous; `None` otherwise.
+pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
+    m.col_iter_mut()
+        .map(|col| col.try_as_col_major_mut().map(|c| c.as_slice_mut()))
+        .collect()
+}
+
 /// Asks the CPU to bring the cache line holding `values[at]` into cache, without waiting for it
 /// (nothing when `at` is past the end, or off x86-64): for a pass that knows what it reads
 /// next, so that reading it from memory overlaps the arithmetic on what is already in cache.

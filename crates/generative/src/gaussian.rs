@@ -1002,25 +1002,28 @@ impl DiagonalLogJoint<'_> {
     /// and of the rows after the last whole vector, which take them one at a time.
     #[inline(always)]
     fn run_by_groups<S: pulp::Simd>(self, simd: S) {
-        let d = self.columns.len();
-        let contiguous = (self.out.as_ref().col_iter()).all(|c| c.try_as_col_major().is_some());
-        if d == 0 || !contiguous {
-            // No columns to start the sums, or an output whose columns are not contiguous.
-            return self.run::<S, 4>(simd);
-        }
         let DiagonalLogJoint {
             columns,
             means,
             inv_var,
             log_norm,
-            out,
+            mut out,
         } = self;
-        let Some(mut sums) = out
-            .col_iter_mut()
-            .map(|col| col.try_as_col_major_mut().map(|c| c.as_slice_mut()))
-            .collect::<Option<Vec<&mut [f64]>>>()
-        else {
-            return; // Not reached: every column was just found contiguous.
+        let d = columns.len();
+        // Not without columns (nothing would start the sums), nor into an output whose columns
+        // are not contiguous.
+        let sums = (d > 0)
+            .then(|| density::block::contiguous_columns_mut(out.as_mut()))
+            .flatten();
+        let Some(mut sums) = sums else {
+            let whole = DiagonalLogJoint {
+                columns,
+                means,
+                inv_var,
+                log_norm,
+                out,
+            };
+            return whole.run::<S, 4>(simd);
         };
         let b = sums.first().map_or(0, |col| col.len());
         let half = simd.splat_f64s(0.5);

@@ -115,12 +115,7 @@ pub(crate) fn linear_scores(
     let Some(columns) = density::block::contiguous_columns(x, 0..d) else {
         return false;
     };
-    let Some(scores) = out
-        .as_mut()
-        .col_iter_mut()
-        .map(|col| col.try_as_col_major_mut().map(|c| c.as_slice_mut()))
-        .collect::<Option<Vec<&mut [f64]>>>()
-    else {
+    let Some(scores) = density::block::contiguous_columns_mut(out.as_mut()) else {
         return false;
     };
     let kernel = Kernel {
