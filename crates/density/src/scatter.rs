@@ -252,6 +252,72 @@ impl ClassBlocks {
     }
 }
 
+/// A block of rows laid out once for the weighted statistics of several weight vectors, such
+/// as the classes of a soft M-step or of the dominance diagnostic. Each class used to copy the
+/// block into the kernel's layout and centre it there; here the block is copied once, and each
+/// class is centred at its own mean a pass of rows at a time inside the kernel (full-covariance
+/// EM at d = 64, K = 10: see BENCHMARKS.md, twenty-third round).
+#[derive(Debug, Default)]
+pub struct RowBlock {
+    buf: Vec<f64>,
+    /// Rows per column: `n` rounded up to a multiple of 8, the rows past `n` zero.
+    stride: usize,
+    n: usize,
+    d: usize,
+}
+
+impl RowBlock {
+    /// An empty block, to be filled by [`RowBlock::load`] (and reused).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lays out the rows of `x` (any layout).
+    pub fn load(&mut self, x: MatRef<'_, f64>) {
+        let (n, d) = (x.nrows(), x.ncols());
+        let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
+        y[d * stride..].fill(0.0);
+        crate::block::gather_columns(x, None, None, stride, y);
+        (self.stride, self.n, self.d) = (stride, n, d);
+    }
+
+    /// Rows in the block.
+    pub fn nrows(&self) -> usize {
+        self.n
+    }
+
+    /// The mean and scatter of the block's rows with `weights` (one per row, ≥ 0) summing to
+    /// `total > 0`: the bits [`weighted_mean_and_scatter`] gives for the same rows and weights.
+    /// The block is not changed, so any number of weight vectors can follow one `load`.
+    pub fn weighted_mean_and_scatter(
+        &mut self,
+        weights: &[f64],
+        total: f64,
+        mean: &mut [f64],
+        scatter: &mut [f64],
+        scratch: &mut Vec<f64>,
+    ) {
+        debug_assert_eq!(weights.len(), self.n);
+        let cols = self.d.div_ceil(TILE_J) * TILE_J;
+        let y = crate::block::aligned_prefix(&mut self.buf, cols * self.stride);
+        pulp::Arch::new().dispatch(Kernel {
+            source: Source::Laid {
+                y,
+                stride: self.stride,
+                n: self.n,
+                d: self.d,
+                weights,
+            },
+            total,
+            mean,
+            scatter,
+            scratch,
+        });
+    }
+}
+
 /// One column of [`ClassBlocks`], one row at a time: `value(r)` for row r goes to the next
 /// free row of its class; then each class's padding is zeroed. Returns whether every value
 /// is finite.
@@ -395,6 +461,15 @@ enum Source<'a> {
         n: usize,
         d: usize,
     },
+    /// The rows of a [`RowBlock`] (column j is `y[j · stride..]`, `n` rows then zeros), with
+    /// `weights`: read, never changed.
+    Laid {
+        y: &'a [f64],
+        stride: usize,
+        n: usize,
+        d: usize,
+        weights: &'a [f64],
+    },
 }
 
 struct Kernel<'a> {
@@ -438,22 +513,41 @@ impl pulp::WithSimd for Kernel<'_> {
                 w[n..].fill(0.0);
                 y[d * rows..].fill(0.0);
                 crate::block::gather_columns(x, selected, None, rows, y);
-                let unit = weights.is_none();
-                centre_and_scatter(simd, y, rows, w, n, d, unit, total, mean, scatter);
+                match weights {
+                    Some(_) => weighted_scatter(simd, y, rows, w, n, d, total, mean, scatter),
+                    None => centre_and_scatter(simd, y, rows, w, n, d, total, mean, scatter),
+                }
             }
             Source::Block { y, stride, n, d } => {
                 let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
                 let w = crate::block::aligned_prefix(scratch, rows);
                 w[..n].fill(1.0);
                 w[n..].fill(0.0);
-                centre_and_scatter(simd, y, stride, w, n, d, true, total, mean, scatter);
+                centre_and_scatter(simd, y, stride, w, n, d, total, mean, scatter);
+            }
+            Source::Laid {
+                y,
+                stride,
+                n,
+                d,
+                weights,
+            } => {
+                // As the rows of `Rows`, the same vectors read: a row block's stride is a
+                // multiple of 8, so of every vector width.
+                let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+                debug_assert!(rows <= stride);
+                let w = crate::block::aligned_prefix(scratch, rows);
+                w[..n].copy_from_slice(weights);
+                w[n..].fill(0.0);
+                weighted_scatter(simd, y, stride, w, n, d, total, mean, scatter);
             }
         }
     }
 }
 
-/// The mean of a block's `n` rows (column j at `y[j · stride..]`, `w.len()` rows of it read,
-/// those past `n` zero with weight zero), the block centred at it in place, and the scatter.
+/// The mean of a block's `n` rows of weight one (column j at `y[j · stride..]`, `w.len()` rows
+/// of it read, those past `n` zero with weight zero), the block centred at it in place, and the
+/// scatter.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn centre_and_scatter<S: pulp::Simd>(
@@ -463,7 +557,6 @@ fn centre_and_scatter<S: pulp::Simd>(
     w: &[f64],
     n: usize,
     d: usize,
-    unit: bool,
     total: f64,
     mean: &mut [f64],
     scatter: &mut [f64],
@@ -480,12 +573,54 @@ fn centre_and_scatter<S: pulp::Simd>(
         let c = *m;
         col[..n].iter_mut().for_each(|v| *v -= c);
     }
-    match (S::REGISTER_COUNT >= 32, unit) {
-        (true, false) => tiles::<S, 4, false>(simd, y, wv, stride, d, cols, scatter),
-        (true, true) => tiles::<S, 4, true>(simd, y, wv, stride, d, cols, scatter),
-        (false, false) => tiles::<S, 2, false>(simd, y, wv, stride, d, cols, scatter),
-        (false, true) => tiles::<S, 2, true>(simd, y, wv, stride, d, cols, scatter),
+    let (y, centre) = (&*y, Centre { w, n, mean });
+    if S::REGISTER_COUNT >= 32 {
+        tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
+    } else {
+        tiles::<S, 2, true>(simd, y, stride, d, cols, centre, scatter);
     }
+}
+
+/// As [`centre_and_scatter`] with weights, the block left as it is: each pass of rows is
+/// centred into the scatter's own buffers, beside its weighted copy. The block can then serve
+/// several weight vectors ([`RowBlock`]); the values are those of centring in place.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn weighted_scatter<S: pulp::Simd>(
+    simd: S,
+    y: &[f64],
+    stride: usize,
+    w: &[f64],
+    n: usize,
+    d: usize,
+    total: f64,
+    mean: &mut [f64],
+    scatter: &mut [f64],
+) {
+    debug_assert_eq!(mean.len(), d);
+    debug_assert_eq!(scatter.len(), d * d);
+    let rows = w.len();
+    let cols = d.div_ceil(TILE_J) * TILE_J;
+    let (wv, _) = S::as_simd_f64s(w);
+    for (j, m) in mean.iter_mut().enumerate() {
+        let (yv, _) = S::as_simd_f64s(&y[j * stride..j * stride + rows]);
+        *m = weighted_sum(simd, wv, yv) / total;
+    }
+    let centre = Centre { w, n, mean };
+    if S::REGISTER_COUNT >= 32 {
+        tiles::<S, 4, false>(simd, y, stride, d, cols, centre, scatter);
+    } else {
+        tiles::<S, 2, false>(simd, y, stride, d, cols, centre, scatter);
+    }
+}
+
+/// What [`tiles`] needs to weight and centre a block's rows: the weights (one per row read,
+/// zero past `n`), the number of rows `n`, and the column means.
+#[derive(Clone, Copy)]
+struct Centre<'a> {
+    w: &'a [f64],
+    n: usize,
+    mean: &'a [f64],
 }
 
 /// Σ_t w_t y_t with four accumulator vectors (independent chains), reduced in a fixed order.
@@ -514,19 +649,26 @@ fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
 const PASS_ROWS: usize = 128;
 
 /// The lower triangle of Σ_t w_t y_t y_tᵀ in TILE_J × TK register tiles, mirrored into `out`
-/// (column j of y at `y[j · stride..]`, as many rows as `w` has lanes).
-/// `UNIT`: every weight is one (or zero on padding rows, where y is zero), so w is not read.
+/// (column j of y at `y[j · stride..]`, as many rows as `centre.w` has).
+/// `UNIT`: y is centred and every weight is one (or zero on padding rows, where y is zero), so
+/// w is not read. Otherwise y is as loaded: each pass centres its rows at `centre.mean` (rows
+/// from `centre.n` on are zero, as padding) into a buffer, and forms the weighted copy w ⊙ y
+/// beside it once per pass rather than once per tile that reads the column (a tile has
+/// TILE_J × TK multiply-adds per row vector, and with TK = 2 the TILE_J products took a third of
+/// the floating-point operations). Each value is the one centring in place and weighting in the
+/// tile gave, so the sums keep their bits.
 #[inline(always)]
 fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     simd: S,
     y: &[f64],
-    w: &[S::f64s],
     stride: usize,
     d: usize,
     cols: usize,
+    centre: Centre<'_>,
     out: &mut [f64],
 ) {
-    let rows = w.len() * S::F64_LANES;
+    let Centre { w, n, mean } = centre;
+    let (lanes, rows) = (S::F64_LANES, w.len());
     let column = |j: usize| S::as_simd_f64s(&y[j * stride..j * stride + rows]).0;
     let zero = simd.splat_f64s(0.0);
     // The tiles of the lower triangle, in a fixed order, with their accumulators.
@@ -535,35 +677,55 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
         .flat_map(|j0| (0..j0 + TILE_J).step_by(TK).map(move |k0| (j0, k0)))
         .collect();
     let mut saved = vec![[[zero; TK]; TILE_J]; tile_list.len()];
-    let pass = (PASS_ROWS / S::F64_LANES).max(1);
-    // The pass's weighted columns w ⊙ y_j, each product formed once per pass rather than once
-    // per tile that reads the column: a tile has TILE_J × TK multiply-adds per row vector, and
-    // with TK = 2 the TILE_J products took a third of the floating-point operations. (Each is
-    // the same rounded product as before, so the sums keep their bits.)
-    let mut weighted = if UNIT {
-        Vec::new()
+    let pass = (PASS_ROWS / lanes).max(1);
+    let pass_rows = pass * lanes;
+    // The pass's centred columns, then their weighted copies.
+    let mut buffer = Vec::new();
+    let (centred, weighted) = if UNIT {
+        (&mut [][..], &mut [][..])
     } else {
-        vec![zero; cols * pass]
+        crate::block::aligned_prefix(&mut buffer, 2 * cols * pass_rows)
+            .split_at_mut(cols * pass_rows)
     };
-    for v0 in (0..w.len()).step_by(pass) {
-        let v1 = (v0 + pass).min(w.len());
+    for v0 in (0..rows / lanes).step_by(pass) {
+        let v1 = (v0 + pass).min(rows / lanes);
         let len = v1 - v0;
+        let (r0, r1) = (v0 * lanes, v1 * lanes);
         if !UNIT {
-            for (j, dst) in weighted.chunks_exact_mut(pass).enumerate() {
-                for ((d, &y), &wt) in dst.iter_mut().zip(&column(j)[v0..v1]).zip(&w[v0..v1]) {
-                    *d = simd.mul_f64s(wt, y);
+            let valid = n.clamp(r0, r1) - r0;
+            for j in 0..cols {
+                // Padding columns (j ≥ d) are zero and stay so.
+                let m = mean.get(j).copied().unwrap_or(0.0);
+                let src = &y[j * stride + r0..j * stride + r1];
+                let c = &mut centred[j * pass_rows..j * pass_rows + (r1 - r0)];
+                for (c, v) in c[..valid].iter_mut().zip(src) {
+                    *c = v - m;
+                }
+                c[valid..].fill(0.0);
+                let wc = &mut weighted[j * pass_rows..j * pass_rows + (r1 - r0)];
+                for ((o, c), wt) in wc.iter_mut().zip(&*c).zip(&w[r0..r1]) {
+                    *o = wt * c;
                 }
             }
+        }
+        fn view<S: pulp::Simd>(buf: &[f64], from: usize, len: usize) -> &[S::f64s] {
+            S::as_simd_f64s(&buf[from..from + len]).0
         }
         for (&(j0, k0), acc) in tile_list.iter().zip(saved.iter_mut()) {
             let yj: [&[S::f64s]; TILE_J] = std::array::from_fn(|i| {
                 if UNIT {
                     &column(j0 + i)[v0..v1]
                 } else {
-                    &weighted[(j0 + i) * pass..(j0 + i) * pass + len]
+                    view::<S>(weighted, (j0 + i) * pass_rows, len * lanes)
                 }
             });
-            let yk: [&[S::f64s]; TK] = std::array::from_fn(|i| &column(k0 + i)[v0..v1]);
+            let yk: [&[S::f64s]; TK] = std::array::from_fn(|i| {
+                if UNIT {
+                    &column(k0 + i)[v0..v1]
+                } else {
+                    view::<S>(centred, (k0 + i) * pass_rows, len * lanes)
+                }
+            });
             let mut a_acc = *acc;
             for v in 0..len {
                 let a: [S::f64s; TILE_J] = std::array::from_fn(|i| yj[i][v]);

@@ -200,6 +200,35 @@ impl SufficientStats {
         self.accumulate_body(x, None, Some(weights), buffer);
     }
 
+    /// As [`accumulate_rows`](Self::accumulate_rows) on each of `stats` with its own weights
+    /// (`weights[c]` for `stats[c]`, each as long as `x` has rows), the same bits, with the
+    /// rows of `x` laid out once in `block` for every full scatter rather than once each (the
+    /// classes of a soft M-step share their rows). `block` and `buffer` are scratch.
+    pub fn accumulate_rows_each(
+        stats: &mut [SufficientStats],
+        x: MatRef<'_, f64>,
+        weights: &[&[f64]],
+        block: &mut crate::scatter::RowBlock,
+        buffer: &mut Vec<f64>,
+    ) {
+        let mut loaded = false;
+        for (st, w) in stats.iter_mut().zip(weights) {
+            debug_assert_eq!(w.len(), x.nrows());
+            let total = crate::numerics::sum(w);
+            // Diagonal statistics, mostly-zero weights and empty classes as one at a time.
+            if st.kind != ScatterKind::Full || total <= 0.0 || mostly_zero(w) {
+                st.accumulate_rows(x, w, buffer);
+                continue;
+            }
+            if !loaded {
+                block.load(x);
+                loaded = true;
+            }
+            st.weight = total;
+            block.weighted_mean_and_scatter(w, total, &mut st.mean, &mut st.scatter, buffer);
+        }
+    }
+
     /// Replaces `self` by the statistics of the rows of `x`, each of weight one (a class's rows
     /// in a supervised fit): the products skip the weighting.
     pub fn accumulate_unweighted(&mut self, x: MatRef<'_, f64>, buffer: &mut Vec<f64>) {
@@ -240,16 +269,13 @@ impl SufficientStats {
             self.weight = 0.0;
             return;
         }
-        // Rows of weight zero add nothing; with one-hot responsibilities (the labeled rows of
-        // EM, hard EM) most rows of each class's pass have weight zero, so only the others are
-        // read and the pass costs O(rows of the class), not O(n).
-        if let (None, Some(w)) = (rows, weights) {
-            let nonzero = w.iter().filter(|v| **v != 0.0).count();
-            if nonzero * 8 < n * 7 {
-                let kept: Vec<usize> = (0..n).filter(|&i| w[i] != 0.0).collect();
-                let kept_w: Vec<f64> = kept.iter().map(|&i| w[i]).collect();
-                return self.accumulate_body(x, Some(&kept), Some(&kept_w), buffer);
-            }
+        // Rows of weight zero add nothing: when most are, only the others are read.
+        if let (None, Some(w)) = (rows, weights)
+            && mostly_zero(w)
+        {
+            let kept: Vec<usize> = (0..n).filter(|&i| w[i] != 0.0).collect();
+            let kept_w: Vec<f64> = kept.iter().map(|&i| w[i]).collect();
+            return self.accumulate_body(x, Some(&kept), Some(&kept_w), buffer);
         }
         match self.kind {
             ScatterKind::Full => crate::scatter::mean_and_scatter(
@@ -316,6 +342,14 @@ impl SufficientStats {
             })
             .collect())
     }
+}
+
+/// Whether fewer than 7 in 8 of the weights are non-zero: then only the rows of the others are
+/// read (with one-hot responsibilities, the labeled rows of EM and hard EM, most rows of each
+/// class's pass have weight zero, and the pass costs O(rows of the class), not O(n)).
+fn mostly_zero(w: &[f64]) -> bool {
+    let nonzero = w.iter().filter(|v| **v != 0.0).count();
+    nonzero * 8 < w.len() * 7
 }
 
 impl Mergeable for SufficientStats {
@@ -445,6 +479,60 @@ mod tests {
             SufficientStats::new(2, ScatterKind::Full).covariance(),
             Err(DensityError::ZeroWeight { .. })
         ));
+    }
+
+    /// One layout shared by several weight vectors gives each the bits of `accumulate_rows`
+    /// alone: rows over several passes of the kernel and a partial last vector, padding
+    /// columns, every layout, a reused block (larger first, then the same shape again with other
+    /// values), and weights dense, sparse (the
+    /// compaction path), all zero, or with some zeros.
+    #[test]
+    fn accumulate_rows_each_equals_one_class_at_a_time() {
+        let v = |i: usize, j: usize| {
+            let h = (i * 7919 + j * 104_729 + 13) % 10_007;
+            3.0 + j as f64 + (h as f64 / 10_007.0 - 0.5) * 10f64.powi((h % 4) as i32 - 1)
+        };
+        let mut block = crate::scatter::RowBlock::new();
+        let mut buffer = Vec::new();
+        // Each shape twice, with other values the second time, through the same block.
+        let shapes = [(301, 17), (300, 5), (7, 3), (1, 1), (130, 2), (64, 16)];
+        for ((n, d), shift) in shapes
+            .into_iter()
+            .flat_map(|shape| [(shape, 0), (shape, 1)])
+        {
+            let x = Mat::from_fn(n, d, |i, j| v(i + shift, j));
+            let weights: Vec<Vec<f64>> = vec![
+                (0..n).map(|i| 0.1 + v(i, 40) / 20.0).collect(),
+                (0..n)
+                    .map(|i| if i % 5 == 2 { 0.0 } else { v(i, 41) / 7.0 })
+                    .collect(),
+                (0..n).map(|i| if i % 9 == 0 { 1.0 } else { 0.0 }).collect(),
+                vec![0.0; n],
+                (0..n).map(|i| v(i, 42) * 1e-3).collect(),
+            ];
+            let refs: Vec<&[f64]> = weights.iter().map(Vec::as_slice).collect();
+            let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+            for kind in [ScatterKind::Full, ScatterKind::Diagonal] {
+                for view in layouts.views(x.as_ref()) {
+                    let mut each: Vec<SufficientStats> =
+                        refs.iter().map(|_| SufficientStats::new(d, kind)).collect();
+                    SufficientStats::accumulate_rows_each(
+                        &mut each,
+                        view,
+                        &refs,
+                        &mut block,
+                        &mut buffer,
+                    );
+                    for (c, (got, w)) in each.iter().zip(&refs).enumerate() {
+                        let mut want = SufficientStats::new(d, kind);
+                        want.accumulate_rows(view, w, &mut Vec::new());
+                        assert_eq!(got, &want, "n={n} d={d} {kind:?} weights {c}");
+                    }
+                    // A non-trivial check, not two empty results.
+                    assert!(each[0].weight() > 0.0 && (n == 1 || each[0].scatter()[0] > 0.0));
+                }
+            }
+        }
     }
 
     proptest! {

@@ -22,7 +22,7 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
-use density::scatter::{ClassBlocks, split_packs};
+use density::scatter::{ClassBlocks, RowBlock, split_packs};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::linear_scores::{self, Features};
@@ -319,9 +319,16 @@ impl WeightedFit for Checked<GaussianParams> {
         let kind = self.structure.scatter_kind();
         // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
         // Per worker: the class blocks and the kernel's buffers, reused from chunk to chunk.
-        let scratch = || (ClassBlocks::new(), Vec::<f64>::new(), Vec::<f64>::new());
+        let scratch = || {
+            (
+                ClassBlocks::new(),
+                Vec::<f64>::new(),
+                Vec::<f64>::new(),
+                RowBlock::new(),
+            )
+        };
         let partials = map_chunks_by_label_with(sets, scratch, |state, chunk| {
-            let (blocks, buffer, sorted_buf) = state;
+            let (blocks, buffer, sorted_buf, row_block) = state;
             // Full scatters of labeled rows (but for few features and classes, below): the
             // chunk is copied once into the classes' blocks, which also tells whether its values
             // are finite, so it is read once, not a second time by the check. Up to 4 classes
@@ -370,7 +377,6 @@ impl WeightedFit for Checked<GaussianParams> {
                 return full_class_stats(&chunk, labels, k);
             }
             check_chunk(&chunk)?;
-            let mut w_buf = Vec::new();
             let mut out = Vec::with_capacity(k);
             match chunk.labels {
                 // Labeled rows: one grouping pass, then each class's rows alone (weight one)
@@ -388,13 +394,18 @@ impl WeightedFit for Checked<GaussianParams> {
                         out.push(st);
                     }
                 }
+                // Soft responsibilities: every class weights the same rows, laid out once.
                 None => {
-                    for c in 0..k {
-                        let w = column(chunk.resp, c, &mut w_buf);
-                        let mut st = SufficientStats::new(d, kind);
-                        st.accumulate_rows(chunk.x, w, buffer);
-                        out.push(st);
-                    }
+                    let mut copies = vec![Vec::new(); k];
+                    let weights: Vec<&[f64]> = copies
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(c, copy)| column(chunk.resp, c, copy))
+                        .collect();
+                    out = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
+                    SufficientStats::accumulate_rows_each(
+                        &mut out, chunk.x, &weights, row_block, buffer,
+                    );
                 }
             }
             Ok(out)
