@@ -1145,14 +1145,23 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
         ));
     }
     // A labeled full-covariance fit with few classes and more features finds non-finite
-    // values while splitting its chunks by class, not in a pass of its own; it must still name
+    // values while splitting its chunks by class, not in a pass of its own; a diagonal one with
+    // more than 2 classes checks each chunk before copying it in class order. Both must name
     // the first one (row-major) of the whole input.
     let (x8, y8) = gaussian_data(10_000, 8, 2, 12);
     let mut x8n = x8.clone();
     x8n[(9_000, 0)] = f64::NAN;
     x8n[(5_000, 1)] = f64::NEG_INFINITY;
     x8n[(4_200, 7)] = f64::INFINITY;
-    for s in [CovarianceStructure::Full, CovarianceStructure::Tied] {
+    let y3: Vec<usize> = (0..10_000).map(|i| (i * 7 + i / 3) % 3).collect();
+    let y6: Vec<usize> = (0..10_000).map(|i| (i * 5 + i / 7) % 6).collect();
+    for (s, labels, k) in [
+        (CovarianceStructure::Full, &y8, 2),
+        (CovarianceStructure::Tied, &y8, 2),
+        (CovarianceStructure::Diagonal, &y3, 3),
+        (CovarianceStructure::Diagonal, &y6, 6),
+        (CovarianceStructure::Spherical, &y6, 6),
+    ] {
         let spec = GaussianParams::with_structure(s).check().unwrap();
         for threads in [1, 2] {
             let pool = rayon::ThreadPoolBuilder::new()
@@ -1160,7 +1169,7 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
                 .build()
                 .unwrap();
             for view in [x8n.as_ref(), x8n.transpose().to_owned().transpose()] {
-                let got = pool.install(|| spec.fit(view, &y8, 2));
+                let got = pool.install(|| spec.fit(view, labels, k));
                 assert!(
                     matches!(
                         got,
@@ -1170,7 +1179,7 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
                             ..
                         })
                     ),
-                    "{s:?}, {threads} threads: {got:?}"
+                    "{s:?}, K = {k}, {threads} threads: {got:?}"
                 );
             }
         }
