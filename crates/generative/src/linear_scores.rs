@@ -204,18 +204,26 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
             let mut s: [&mut [f64]; K] = scores.each_mut().map(|col| &mut col[r0..r1]);
             let mut j = 0;
             while j < d {
-                let width = if d - j >= GROUP { GROUP } else { 1 };
+                // The last group takes the 1–3 columns left together, so that d = 2 (or 6, ...)
+                // is not one pass over the scores per leftover column.
+                let width = (d - j).min(GROUP);
                 let x: [&[f64]; GROUP] =
                     std::array::from_fn(|q| &columns[(j + q).min(d - 1)][r0..r1]);
                 let w: [[f64; GROUP]; K] = std::array::from_fn(|c| {
                     std::array::from_fn(|q| weights[c * d + (j + q).min(d - 1)])
                 });
                 let t = threshold;
-                all_accepted &= match (j == 0, width == GROUP) {
-                    (true, true) => group::<S, K, GROUP, true, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (true, false) => group::<S, K, 1, true, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (false, true) => group::<S, K, GROUP, false, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (false, false) => group::<S, K, 1, false, MODE>(simd, &x, &w, &b, t, &mut s),
+                all_accepted &= match (j == 0, width) {
+                    (true, GROUP) => group::<S, K, GROUP, true, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (true, 3) => group::<S, K, 3, true, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (true, 2) => group::<S, K, 2, true, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (true, _) => group::<S, K, 1, true, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (false, GROUP) => {
+                        group::<S, K, GROUP, false, MODE>(simd, &x, &w, &b, t, &mut s)
+                    }
+                    (false, 3) => group::<S, K, 3, false, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (false, 2) => group::<S, K, 2, false, MODE>(simd, &x, &w, &b, t, &mut s),
+                    (false, _) => group::<S, K, 1, false, MODE>(simd, &x, &w, &b, t, &mut s),
                 };
                 j += width;
             }
@@ -245,8 +253,19 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
     // 1 in every lane while every value read was accepted (a select per vector read; the loop
     // waits on memory, not on these).
     let mut accepted = one;
-    let vectors = xv[0].len();
-    let sv: [&mut [S::f64s]; K] = s.each_mut().map(|c| S::as_mut_simd_f64s(c).0);
+    // Every column and score slice cut to one length: the loop's index is then in bounds of
+    // all of them, so it carries no bounds check per class (there were K compares with a
+    // branch each, in every iteration, at d = 2, K = 10).
+    let vectors = xv
+        .iter()
+        .map(|c| c.len())
+        .chain(s.iter().map(|c| c.len() / S::F64_LANES))
+        .min()
+        .unwrap_or(0);
+    let xv: [&[S::f64s]; W] = xv.map(|c| &c[..vectors]);
+    let sv: [&mut [S::f64s]; K] = s
+        .each_mut()
+        .map(|c| &mut S::as_mut_simd_f64s(c).0[..vectors]);
     for v in 0..vectors {
         // A plain loop, not `array::from_fn`: its closure was not inlined once it held the
         // checks, and outside the dispatch's target features every comparison and blend became
