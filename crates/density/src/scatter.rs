@@ -696,7 +696,19 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
         .step_by(TILE_J)
         .flat_map(|j0| (0..j0 + TILE_J).step_by(TK).map(move |k0| (j0, k0)))
         .collect();
-    let mut saved = vec![[[zero; TK]; TILE_J]; tile_list.len()];
+    // The accumulators between passes, in memory kept by the thread from call to call (a
+    // class's call at d = 64 has 136 tiles, 139 KB of them; allocating and zeroing that for
+    // each class of each chunk was a fixed cost per call). The first pass starts from zero
+    // rather than reading them.
+    // Taken out of the thread-local and put back, not used inside `with`: a closure there was
+    // compiled without the dispatch's target features.
+    let mut store = SAVED.take();
+    let per_tile = TK * TILE_J * lanes;
+    if store.len() < tile_list.len() * per_tile {
+        store.resize(tile_list.len() * per_tile, 0.0);
+    }
+    let saved_f = &mut store[..tile_list.len() * per_tile];
+    let (saved_v, _) = S::as_mut_simd_f64s(saved_f);
     let pass = (PASS_ROWS / lanes).max(1);
     let pass_rows = pass * lanes;
     // The pass's centred columns, then their weighted copies.
@@ -731,7 +743,7 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
         fn view<S: pulp::Simd>(buf: &[f64], from: usize, len: usize) -> &[S::f64s] {
             S::as_simd_f64s(&buf[from..from + len]).0
         }
-        for (&(j0, k0), acc) in tile_list.iter().zip(saved.iter_mut()) {
+        for (&(j0, k0), acc) in tile_list.iter().zip(saved_v.chunks_exact_mut(TK * TILE_J)) {
             let yj: [&[S::f64s]; TILE_J] = std::array::from_fn(|i| {
                 if UNIT {
                     &column(j0 + i)[v0..v1]
@@ -746,7 +758,11 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
                     view::<S>(centred, (k0 + i) * pass_rows, len * lanes)
                 }
             });
-            let mut a_acc = *acc;
+            let mut a_acc: [[S::f64s; TK]; TILE_J] = if v0 == 0 {
+                [[zero; TK]; TILE_J]
+            } else {
+                std::array::from_fn(|i| std::array::from_fn(|kk| acc[i * TK + kk]))
+            };
             for v in 0..len {
                 let a: [S::f64s; TILE_J] = std::array::from_fn(|i| yj[i][v]);
                 for kk in 0..TK {
@@ -756,21 +772,34 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
                     }
                 }
             }
-            *acc = a_acc;
+            for i in 0..TILE_J {
+                for kk in 0..TK {
+                    acc[i * TK + kk] = a_acc[i][kk];
+                }
+            }
         }
     }
-    for (&(j0, k0), acc) in tile_list.iter().zip(&saved) {
-        for (i, row) in acc.iter().enumerate() {
-            for (kk, a) in row.iter().enumerate() {
+    if rows / lanes == 0 {
+        saved_v.fill(zero);
+    }
+    for (&(j0, k0), acc) in tile_list.iter().zip(saved_v.chunks_exact(TK * TILE_J)) {
+        for i in 0..TILE_J {
+            for kk in 0..TK {
                 let (j, k) = (j0 + i, k0 + kk);
                 if j < d && k <= j {
-                    let s = simd.reduce_sum_f64s(*a);
+                    let s = simd.reduce_sum_f64s(acc[i * TK + kk]);
                     out[k * d + j] = s;
                     out[j * d + k] = s;
                 }
             }
         }
     }
+    SAVED.set(store);
+}
+
+std::thread_local! {
+    /// [`tiles`]' accumulators between passes, per thread (see there).
+    static SAVED: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]
