@@ -700,15 +700,14 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     // class's call at d = 64 has 136 tiles, 139 KB of them; allocating and zeroing that for
     // each class of each chunk was a fixed cost per call). The first pass starts from zero
     // rather than reading them. The buffer is taken out of the thread-local and put back, not
-    // used inside `with`: a closure there was compiled without the dispatch's target features
+    // used inside a closure: one there was compiled without the dispatch's target features
     // (LDA fit at d = 64, K = 10 took 17 times as long).
     let mut store = SAVED.take();
-    let per_tile = TK * TILE_J * lanes;
-    if store.len() < tile_list.len() * per_tile {
-        store.resize(tile_list.len() * per_tile, 0.0);
+    let need = tile_list.len() * TK * TILE_J * lanes;
+    if store.len() < need {
+        store.resize(need, 0.0);
     }
-    let saved_f = &mut store[..tile_list.len() * per_tile];
-    let (saved_v, _) = S::as_mut_simd_f64s(saved_f);
+    let (saved_v, _) = S::as_mut_simd_f64s(&mut store[..need]);
     let pass = (PASS_ROWS / lanes).max(1);
     let pass_rows = pass * lanes;
     // The pass's centred columns, then their weighted copies.
@@ -799,7 +798,7 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
 
 std::thread_local! {
     /// [`tiles`]' accumulators between passes, per thread (see there).
-    static SAVED: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SAVED: std::cell::Cell<Vec<f64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 #[cfg(test)]

@@ -213,22 +213,34 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
                     std::array::from_fn(|q| weights[c * d + (j + q).min(d - 1)])
                 });
                 let t = threshold;
-                all_accepted &= match (j == 0, width) {
-                    (true, GROUP) => group::<S, K, GROUP, true, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (true, 3) => group::<S, K, 3, true, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (true, 2) => group::<S, K, 2, true, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (true, _) => group::<S, K, 1, true, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (false, GROUP) => {
-                        group::<S, K, GROUP, false, MODE>(simd, &x, &w, &b, t, &mut s)
-                    }
-                    (false, 3) => group::<S, K, 3, false, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (false, 2) => group::<S, K, 2, false, MODE>(simd, &x, &w, &b, t, &mut s),
-                    (false, _) => group::<S, K, 1, false, MODE>(simd, &x, &w, &b, t, &mut s),
+                all_accepted &= if j == 0 {
+                    group_of::<S, K, true, MODE>(simd, width, &x, &w, &b, t, &mut s)
+                } else {
+                    group_of::<S, K, false, MODE>(simd, width, &x, &w, &b, t, &mut s)
                 };
                 j += width;
             }
         }
         all_accepted
+    }
+}
+
+/// [`group`] of the first `width` (1 to [`GROUP`]) columns of `x`, `W` as a constant.
+#[inline(always)]
+fn group_of<S: pulp::Simd, const K: usize, const FIRST: bool, const MODE: u8>(
+    simd: S,
+    width: usize,
+    x: &[&[f64]; GROUP],
+    w: &[[f64; GROUP]; K],
+    b: &[f64; K],
+    threshold: f64,
+    s: &mut [&mut [f64]; K],
+) -> bool {
+    match width {
+        GROUP => group::<S, K, GROUP, FIRST, MODE>(simd, x, w, b, threshold, s),
+        3 => group::<S, K, 3, FIRST, MODE>(simd, x, w, b, threshold, s),
+        2 => group::<S, K, 2, FIRST, MODE>(simd, x, w, b, threshold, s),
+        _ => group::<S, K, 1, FIRST, MODE>(simd, x, w, b, threshold, s),
     }
 }
 
