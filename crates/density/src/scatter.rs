@@ -250,6 +250,97 @@ impl ClassBlocks {
             scratch,
         });
     }
+
+    /// Each class's mean (class c at `means[c·d..(c + 1)·d]`, zeros for an empty class) and the
+    /// pooled within-class scatter Σ_c Σ_{i ∈ c} (x_i − m_c)(x_i − m_c)ᵀ (d × d column-major,
+    /// both triangles), every row of weight one. This is what a shared covariance (LDA) needs:
+    /// each class is centred in place at its own mean, and the tiles then run once over the
+    /// whole block, rather than once per class with K sets of partial passes, reductions and
+    /// d × d results to merge. Like [`ClassBlocks::mean_and_scatter`], this centres the rows in
+    /// place, so it is called once per split (and not with it).
+    pub fn means_and_pooled_scatter(
+        &mut self,
+        means: &mut [f64],
+        scatter: &mut [f64],
+        scratch: &mut Vec<f64>,
+    ) {
+        let d = self.d;
+        debug_assert_eq!(means.len(), self.classes.len() * d);
+        debug_assert_eq!(scatter.len(), d * d);
+        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
+        pulp::Arch::new().dispatch(Pooled {
+            y: block,
+            stride: self.stride,
+            d,
+            classes: &self.classes,
+            means,
+            scatter,
+            scratch,
+        });
+    }
+}
+
+/// [`ClassBlocks::means_and_pooled_scatter`]'s kernel.
+struct Pooled<'a> {
+    y: &'a mut [f64],
+    stride: usize,
+    d: usize,
+    classes: &'a [(usize, usize)],
+    means: &'a mut [f64],
+    scatter: &'a mut [f64],
+    scratch: &'a mut Vec<f64>,
+}
+
+impl pulp::WithSimd for Pooled<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let Pooled {
+            y,
+            stride,
+            d,
+            classes,
+            means,
+            scatter,
+            scratch,
+        } = self;
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        // Weights of one: for the means' sums (padding rows are zero, so their weight does not
+        // matter), and, by their length, the rows the tiles read (every row of the block).
+        let ones = crate::block::aligned_prefix(scratch, stride);
+        ones.fill(1.0);
+        for (c, &(first, n)) in classes.iter().enumerate() {
+            let padded = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+            let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+            let (wv, _) = S::as_simd_f64s(&ones[..rows]);
+            for (j, m) in means[c * d..(c + 1) * d].iter_mut().enumerate() {
+                let col =
+                    &mut y[j * stride + first..j * stride + first + padded + CLASS_ROWS_MULTIPLE];
+                // The gap after the class's padding may hold an earlier split's values; the
+                // tiles read it, so it is zeroed (the padding itself already is).
+                col[padded..].fill(0.0);
+                *m = if n == 0 {
+                    0.0
+                } else {
+                    let (yv, _) = S::as_simd_f64s(&col[..rows]);
+                    weighted_sum(simd, wv, yv) / n as f64
+                };
+                let centre = *m;
+                col[..n].iter_mut().for_each(|v| *v -= centre);
+            }
+        }
+        let centre = Centre {
+            w: ones,
+            n: stride,
+            mean: &[],
+        };
+        if S::REGISTER_COUNT >= 32 {
+            tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
+        } else {
+            tiles::<S, 2, true>(simd, y, stride, d, cols, centre, scatter);
+        }
+    }
 }
 
 /// A block of rows laid out once for the weighted statistics of several weight vectors, such
@@ -1074,6 +1165,75 @@ mod tests {
                         );
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pooled_scatter_is_the_sum_of_the_class_scatters() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        let (mut scratch, mut blocks) = (Vec::new(), ClassBlocks::new());
+        // One set of blocks throughout, so that each split's gaps hold the previous one's rows.
+        for d in [1usize, 3, 4, 9, 16, 33] {
+            for n in [1usize, 9, 100, 1029, 150] {
+                let mut g = || -> f64 { StandardNormal.sample(&mut rng) };
+                let x = Mat::from_fn(n, d, |i, j| 1e4 * (i % 3) as f64 + j as f64 + g());
+                for (k, by_order) in [(1, false), (2, false), (3, false), (4, true), (7, true)] {
+                    // Class k − 1 is empty when k > 1.
+                    let labels: Vec<usize> = (0..n)
+                        .map(|i| if k == 1 { 0 } else { (i * 5 + i / 3) % (k - 1) })
+                        .collect();
+                    let members: Vec<Vec<usize>> = (0..k)
+                        .map(|c| (0..n).filter(|&i| labels[i] == c).collect())
+                        .collect();
+                    let mut ranges = Vec::new();
+                    for m in &members {
+                        let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
+                        ranges.push((start, m.len()));
+                    }
+                    let order: Vec<usize> = members.concat();
+                    let split = |blocks: &mut ClassBlocks| {
+                        if by_order {
+                            blocks.split_by_order(x.as_ref(), &order, &ranges)
+                        } else {
+                            blocks.split(x.as_ref(), &labels, k)
+                        }
+                    };
+                    // Each class's mean and scatter by the per-class kernel, and the textbook
+                    // sum of the class scatters.
+                    let mut want_means = vec![0.0; k * d];
+                    let mut want = vec![0.0; d * d];
+                    assert!(split(&mut blocks));
+                    for c in 0..k {
+                        let mut sc = vec![0.0; d * d];
+                        let m = &mut want_means[c * d..(c + 1) * d];
+                        blocks.mean_and_scatter(c, m, &mut sc, &mut scratch);
+                        if !members[c].is_empty() {
+                            let rows =
+                                Mat::from_fn(members[c].len(), d, |t, j| x[(members[c][t], j)]);
+                            let (_, s) = reference(rows.as_ref(), &vec![1.0; members[c].len()]);
+                            want.iter_mut().zip(&s).for_each(|(w, s)| *w += s);
+                        }
+                    }
+                    assert!(split(&mut blocks));
+                    let (mut means, mut got) = (vec![f64::NAN; k * d], vec![f64::NAN; d * d]);
+                    blocks.means_and_pooled_scatter(&mut means, &mut got, &mut scratch);
+                    let what = format!("d={d} n={n} k={k} by order {by_order}");
+                    for (a, b) in means.iter().zip(&want_means) {
+                        assert_eq!(a.to_bits(), b.to_bits(), "means: {what}");
+                    }
+                    let scale = (0..d).map(|j| want[j * d + j]).fold(1.0, f64::max);
+                    for j in 0..d {
+                        for i in 0..d {
+                            let (a, b) = (got[j * d + i], want[j * d + i]);
+                            assert_eq!(a.to_bits(), got[i * d + j].to_bits(), "symmetry: {what}");
+                            assert!(
+                                (a - b).abs() <= 1e-12 * scale,
+                                "({i}, {j}): {a} vs {b}, {what}"
+                            );
+                        }
                     }
                 }
             }

@@ -311,12 +311,108 @@ fn diagonal_class_stats(
         .collect())
 }
 
+/// One chunk's statistics: each class's, or, for a shared covariance without shrinkage, each
+/// class's weight and mean with the chunk's pooled within-class scatter (the per-class scatters
+/// are then never needed, and a labeled chunk's come from one pass of the scatter kernel over
+/// all its classes: [`ClassBlocks::means_and_pooled_scatter`]).
+enum ChunkStats {
+    Classes(Vec<SufficientStats>),
+    Pooled(PooledStats),
+}
+
+/// Per class, the weight and mean of a chunk's rows (class c's mean at `means[c·d..]`), and
+/// Σ_c Σ_i w_ic (x_i − m_c)(x_i − m_c)ᵀ over the chunk (d × d column-major).
+struct PooledStats {
+    weights: Vec<f64>,
+    means: Vec<f64>,
+    within: Vec<f64>,
+}
+
+impl PooledStats {
+    /// The pooled form of per-class statistics.
+    fn from_classes(classes: &[SufficientStats]) -> Self {
+        let d = classes.first().map_or(0, SufficientStats::n_features);
+        let mut within = vec![0.0; d * d];
+        for s in classes {
+            within
+                .iter_mut()
+                .zip(s.scatter())
+                .for_each(|(w, v)| *w += v);
+        }
+        Self {
+            weights: classes.iter().map(SufficientStats::weight).collect(),
+            means: classes
+                .iter()
+                .flat_map(|s| s.mean().iter().copied())
+                .collect(),
+            within,
+        }
+    }
+
+    /// The chunks' statistics together, taken in chunk order: each class's total weight and mean
+    /// over all chunks, and the pooled scatter about those means,
+    /// Σ_chunks [within + Σ_c w_c (m_c − μ_c)(m_c − μ_c)ᵀ] (the merge of
+    /// [`Mergeable::merge`] for every class at once, each class's correction a rank-one update
+    /// of one shared matrix).
+    fn combine(parts: &[&PooledStats], k: usize, d: usize) -> Self {
+        let mut weights = vec![0.0; k];
+        let mut means = vec![0.0; k * d];
+        for p in parts {
+            for c in 0..k {
+                let w = p.weights[c];
+                weights[c] += w;
+                for (m, v) in means[c * d..(c + 1) * d].iter_mut().zip(&p.means[c * d..]) {
+                    *m += w * v;
+                }
+            }
+        }
+        for c in 0..k {
+            if weights[c] > 0.0 {
+                means[c * d..(c + 1) * d]
+                    .iter_mut()
+                    .for_each(|m| *m /= weights[c]);
+            }
+        }
+        let mut within = vec![0.0; d * d];
+        let mut delta = vec![0.0; d];
+        for p in parts {
+            within.iter_mut().zip(&p.within).for_each(|(w, v)| *w += v);
+            for c in (0..k).filter(|&c| p.weights[c] > 0.0) {
+                let (chunk_mean, mean) = (&p.means[c * d..(c + 1) * d], &means[c * d..]);
+                delta
+                    .iter_mut()
+                    .zip(chunk_mean.iter().zip(mean))
+                    .for_each(|(dl, (a, b))| *dl = a - b);
+                for (j, col) in within.chunks_exact_mut(d).enumerate() {
+                    let s = p.weights[c] * delta[j];
+                    col.iter_mut().zip(&delta).for_each(|(v, dl)| *v += s * dl);
+                }
+            }
+        }
+        Self {
+            weights,
+            means,
+            within,
+        }
+    }
+}
+
 impl WeightedFit for Checked<GaussianParams> {
     type Model = GaussianClassifier;
 
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<GaussianClassifier> {
         let (d, k) = check_sets(sets)?;
         let kind = self.structure.scatter_kind();
+        // A shared covariance needs only the sum of the class scatters, unless each class's is
+        // shrunk first.
+        let pooled = self.structure == CovarianceStructure::Tied && self.shrinkage.is_none();
+        let wrap = |classes: Vec<SufficientStats>| {
+            if pooled {
+                ChunkStats::Pooled(PooledStats::from_classes(&classes))
+            } else {
+                ChunkStats::Classes(classes)
+            }
+        };
         // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
         // Per worker: the class blocks and the kernel's buffers, reused from chunk to chunk.
         let scratch = || {
@@ -349,13 +445,25 @@ impl WeightedFit for Checked<GaussianParams> {
                     // The check names the first non-finite value.
                     check_chunk(&chunk)?;
                 }
-                return Ok((0..k)
-                    .map(|c| {
-                        let mut st = SufficientStats::new(d, kind);
-                        st.accumulate_class(blocks, c, buffer);
-                        st
-                    })
-                    .collect());
+                if pooled {
+                    let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+                    blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
+                    let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
+                    return Ok(ChunkStats::Pooled(PooledStats {
+                        weights,
+                        means,
+                        within,
+                    }));
+                }
+                return Ok(ChunkStats::Classes(
+                    (0..k)
+                        .map(|c| {
+                            let mut st = SufficientStats::new(d, kind);
+                            st.accumulate_class(blocks, c, buffer);
+                            st
+                        })
+                        .collect(),
+                ));
             }
             // Diagonal statistics of labeled rows with few classes: each class's sums, then its
             // squared deviations, in two SIMD passes over each column (the second while it is
@@ -366,7 +474,7 @@ impl WeightedFit for Checked<GaussianParams> {
                 && kind == ScatterKind::Diagonal
                 && k <= IN_PLACE_MAX_CLASSES
             {
-                return diagonal_class_stats(&chunk, labels, k);
+                return diagonal_class_stats(&chunk, labels, k).map(wrap);
             }
             // Full statistics of labeled rows with few features and few classes: the same two
             // passes, each class's products of deviations by mask.
@@ -374,7 +482,7 @@ impl WeightedFit for Checked<GaussianParams> {
                 && kind == ScatterKind::Full
                 && by_masks(k, d)
             {
-                return full_class_stats(&chunk, labels, k);
+                return full_class_stats(&chunk, labels, k).map(wrap);
             }
             check_chunk(&chunk)?;
             let mut out = Vec::with_capacity(k);
@@ -408,16 +516,35 @@ impl WeightedFit for Checked<GaussianParams> {
                     );
                 }
             }
-            Ok(out)
+            Ok(wrap(out))
         })?;
-        let mut stats: Vec<SufficientStats> =
-            (0..k).map(|_| SufficientStats::new(d, kind)).collect();
-        for part in &partials {
-            for (s, p) in stats.iter_mut().zip(part) {
-                s.merge(p);
+        // Merged in chunk order: each class's statistics, or (pooled) the classes' weights and
+        // means and the shared scatter.
+        let mut stats: Vec<SufficientStats> = Vec::new();
+        let mut shared = None;
+        if pooled {
+            let parts: Vec<&PooledStats> = partials
+                .iter()
+                .filter_map(|p| match p {
+                    ChunkStats::Pooled(p) => Some(p),
+                    ChunkStats::Classes(_) => None,
+                })
+                .collect();
+            shared = Some(PooledStats::combine(&parts, k, d));
+        } else {
+            stats = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
+            for part in &partials {
+                if let ChunkStats::Classes(part) = part {
+                    for (s, p) in stats.iter_mut().zip(part) {
+                        s.merge(p);
+                    }
+                }
             }
         }
-        let class_weights: Vec<f64> = stats.iter().map(|s| s.weight()).collect();
+        let class_weights: Vec<f64> = match &shared {
+            Some(shared) => shared.weights.clone(),
+            None => stats.iter().map(|s| s.weight()).collect(),
+        };
         if let Some(c) = class_weights.iter().position(|w| *w <= 0.0) {
             return Err(GenerativeError::EmptyClass { class: c });
         }
@@ -442,10 +569,13 @@ impl WeightedFit for Checked<GaussianParams> {
             }
         }
 
-        let means: Vec<f64> = stats
-            .iter()
-            .flat_map(|s| s.mean().iter().copied())
-            .collect();
+        let means: Vec<f64> = match &shared {
+            Some(shared) => shared.means.clone(),
+            None => stats
+                .iter()
+                .flat_map(|s| s.mean().iter().copied())
+                .collect(),
+        };
         let epsilon = if self.structure.is_diagonal() {
             let mut all = stats[0].clone();
             for s in &stats[1..] {
@@ -482,10 +612,16 @@ impl WeightedFit for Checked<GaussianParams> {
                 f
             }
             CovarianceStructure::Tied => {
-                let mut pooled = Mat::<f64>::zeros(d, d);
-                for (cov, w) in covs.iter().zip(&class_weights) {
-                    pooled += cov * faer::Scale(w / total);
-                }
+                let mut pooled = match &shared {
+                    Some(shared) => Mat::from_fn(d, d, |i, j| shared.within[j * d + i] / total),
+                    None => {
+                        let mut pooled = Mat::<f64>::zeros(d, d);
+                        for (cov, w) in covs.iter().zip(&class_weights) {
+                            pooled += cov * faer::Scale(w / total);
+                        }
+                        pooled
+                    }
+                };
                 add_ridge(&mut pooled, epsilon);
                 let l = density::mvn::cholesky_lower(pooled.as_ref())
                     .map_err(|_| GenerativeError::SingularPooledCovariance)?;

@@ -57,6 +57,88 @@ fn qda_parameters_equal_sample_means_and_covariances() {
     }
 }
 
+/// LDA's shared covariance is the textbook pooled one, Σ_k Σ_{i ∈ k} (x_i − μ_k)(x_i − μ_k)ᵀ / n,
+/// over several chunks of rows (their class means differ, so the merge's corrections matter),
+/// from labels (each chunk's classes scattered about their own chunk means in one pass), from
+/// the same labels as one-hot responsibilities, and from a mixture of the two sets.
+#[test]
+fn lda_covariance_is_the_pooled_sample_covariance_over_many_chunks() {
+    use generative::model::{WeightedFit, WeightedRows};
+    let (n, d) = (10_000, 7);
+    for k in [2usize, 3, 6] {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(k as u64);
+        // Classes whose share changes along the rows, and a drift along the rows, so each
+        // chunk's class means and counts differ from the whole's; a large common offset.
+        let y: Vec<usize> = (0..n).map(|i| (i * i / 7 + i / 900) % k).collect();
+        let x = Mat::from_fn(n, d, |i, j| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            1e3 + z * (1.0 + 0.2 * j as f64) + (y[i] * (j + 1)) as f64 + i as f64 * 1e-3
+        });
+        let mut counts = vec![0.0; k];
+        let mut mu = Mat::<f64>::zeros(k, d);
+        for i in 0..n {
+            counts[y[i]] += 1.0;
+            for j in 0..d {
+                mu[(y[i], j)] += x[(i, j)];
+            }
+        }
+        for c in 0..k {
+            for j in 0..d {
+                mu[(c, j)] /= counts[c];
+            }
+        }
+        let mut want = Mat::<f64>::zeros(d, d);
+        for i in 0..n {
+            for a in 0..d {
+                for b in 0..d {
+                    want[(a, b)] += (x[(i, a)] - mu[(y[i], a)]) * (x[(i, b)] - mu[(y[i], b)]);
+                }
+            }
+        }
+        want /= faer::Scale(n as f64);
+        let lda = GaussianParams::default().check().unwrap();
+        let resp = model::one_hot(&y, k).unwrap();
+        let half = n / 2;
+        let fits = [
+            ("labeled", lda.fit(x.as_ref(), &y, k).unwrap()),
+            (
+                "one-hot",
+                lda.fit_weighted(x.as_ref(), resp.as_ref()).unwrap(),
+            ),
+            (
+                "mixed",
+                lda.fit_sets(&[
+                    WeightedRows::labeled(x.as_ref().subrows(0, half), &y[..half], k),
+                    WeightedRows::weighted(
+                        x.as_ref().subrows(half, n - half),
+                        resp.as_ref().subrows(half, n - half),
+                    ),
+                ])
+                .unwrap(),
+            ),
+        ];
+        for (what, m) in &fits {
+            for c in 0..k {
+                for j in 0..d {
+                    let (a, b) = (m.means()[(c, j)], mu[(c, j)]);
+                    assert!(
+                        (a - b).abs() < 1e-12 * b.abs(),
+                        "{what} K={k} mean ({c}, {j})"
+                    );
+                }
+            }
+            let cov = m.covariance(0);
+            for a in 0..d {
+                for b in 0..d {
+                    let (g, w) = (cov[(a, b)], want[(a, b)]);
+                    let tol = 1e-11 * (want[(a, a)] * want[(b, b)]).sqrt();
+                    assert!((g - w).abs() < tol, "{what} K={k} ({a}, {b}): {g} vs {w}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn log_joint_matches_direct_gaussian_formula() {
     let (x, y) = gaussian_data(300, 3, 3, 1);
