@@ -30,7 +30,7 @@ use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
 use crate::parallel::{
-    Chunk, LabelGroups, check_chunk, check_sets, map_chunks, map_chunks_by_label_with,
+    Chunk, LabelGroups, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
 };
 use crate::{GenerativeError, Result};
 use density::block::{column, gather_rows, with_column_mut};
@@ -320,6 +320,27 @@ enum ChunkStats {
     Pooled(PooledStats),
 }
 
+impl ChunkStats {
+    /// `self` ← the statistics of both chunks' rows (both of the same form, as one fit makes).
+    fn merge(&mut self, other: ChunkStats) {
+        match (self, other) {
+            (ChunkStats::Classes(a), ChunkStats::Classes(b)) => {
+                for (s, p) in a.iter_mut().zip(&b) {
+                    s.merge(p);
+                }
+            }
+            (ChunkStats::Pooled(a), ChunkStats::Pooled(b)) => a.merge(&b),
+            _ => debug_assert!(false, "a fit's chunks all take one form"),
+        }
+    }
+}
+
+/// Most consecutive chunks whose statistics a worker merges before the fit merges the runs'
+/// (see [`fold_chunks_by_label_with`]). profile qda-fit, d = 64, K = 10, 3 alternated runs:
+/// every chunk's merged after the pass 0.110-0.119 s, runs of 4 0.096-0.101 s, of 8
+/// 0.091-0.095 s.
+const MERGED_RUN: usize = 8;
+
 /// Per class, the weight and mean of a chunk's rows (class c's mean at `means[c·d..]`), and
 /// Σ_c Σ_i w_ic (x_i − m_c)(x_i − m_c)ᵀ over the chunk (d × d column-major).
 struct PooledStats {
@@ -346,6 +367,45 @@ impl PooledStats {
                 .flat_map(|s| s.mean().iter().copied())
                 .collect(),
             within,
+        }
+    }
+
+    /// `self` ← the statistics of both sets of rows: as [`Mergeable::merge`] for each class,
+    /// each class's correction w_a w_b / (w_a + w_b) · δδᵀ (δ = m_b − m_a) added to the one
+    /// shared matrix.
+    fn merge(&mut self, other: &PooledStats) {
+        let d = self.within.len().isqrt();
+        self.within
+            .iter_mut()
+            .zip(&other.within)
+            .for_each(|(w, v)| *w += v);
+        let mut delta = vec![0.0; d];
+        for (c, &wb) in other.weights.iter().enumerate() {
+            let wa = self.weights[c];
+            if wb <= 0.0 {
+                continue;
+            }
+            let mean = &mut self.means[c * d..(c + 1) * d];
+            if wa <= 0.0 {
+                mean.copy_from_slice(&other.means[c * d..(c + 1) * d]);
+                self.weights[c] = wb;
+                continue;
+            }
+            let total = wa + wb;
+            let ratio = wb / total;
+            delta
+                .iter_mut()
+                .zip(other.means[c * d..].iter().zip(mean.iter()))
+                .for_each(|(dl, (b, a))| *dl = b - a);
+            mean.iter_mut()
+                .zip(&delta)
+                .for_each(|(m, dl)| *m += dl * ratio);
+            let scale = wa * ratio;
+            for (col, dj) in self.within.chunks_exact_mut(d).zip(&delta) {
+                let s = scale * dj;
+                col.iter_mut().zip(&delta).for_each(|(v, di)| *v += s * di);
+            }
+            self.weights[c] = total;
         }
     }
 
@@ -423,101 +483,107 @@ impl WeightedFit for Checked<GaussianParams> {
                 RowBlock::new(),
             )
         };
-        let partials = map_chunks_by_label_with(sets, scratch, |state, chunk| {
-            let (blocks, buffer, sorted_buf, row_block) = state;
-            // Full scatters of labeled rows (but for few features and classes, below): the
-            // chunk is copied once into the classes' blocks, which also tells whether its values
-            // are finite, so it is read once, not a second time by the check. Up to 4 classes
-            // are packed out of each column with AVX-512; more, or any without AVX-512, are
-            // grouped first and copied by index.
-            if let Some(labels) = chunk.labels
-                && kind == ScatterKind::Full
-                && !by_masks(k, d)
-            {
-                let finite = if split_packs(k) {
-                    blocks.split(chunk.x, labels, k)
-                } else {
-                    let groups = LabelGroups::new(labels, k);
-                    let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                    blocks.split_by_order(chunk.x, groups.order(), &ranges)
-                };
-                if !finite {
-                    // The check names the first non-finite value.
-                    check_chunk(&chunk)?;
+        let partials = fold_chunks_by_label_with(
+            sets,
+            MERGED_RUN,
+            scratch,
+            |state, chunk| {
+                let (blocks, buffer, sorted_buf, row_block) = state;
+                // Full scatters of labeled rows (but for few features and classes, below): the
+                // chunk is copied once into the classes' blocks, which also tells whether its values
+                // are finite, so it is read once, not a second time by the check. Up to 4 classes
+                // are packed out of each column with AVX-512; more, or any without AVX-512, are
+                // grouped first and copied by index.
+                if let Some(labels) = chunk.labels
+                    && kind == ScatterKind::Full
+                    && !by_masks(k, d)
+                {
+                    let finite = if split_packs(k) {
+                        blocks.split(chunk.x, labels, k)
+                    } else {
+                        let groups = LabelGroups::new(labels, k);
+                        let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
+                        blocks.split_by_order(chunk.x, groups.order(), &ranges)
+                    };
+                    if !finite {
+                        // The check names the first non-finite value.
+                        check_chunk(&chunk)?;
+                    }
+                    if pooled {
+                        let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+                        blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
+                        let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
+                        return Ok(ChunkStats::Pooled(PooledStats {
+                            weights,
+                            means,
+                            within,
+                        }));
+                    }
+                    return Ok(ChunkStats::Classes(
+                        (0..k)
+                            .map(|c| {
+                                let mut st = SufficientStats::new(d, kind);
+                                st.accumulate_class(blocks, c, buffer);
+                                st
+                            })
+                            .collect(),
+                    ));
                 }
-                if pooled {
-                    let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
-                    blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
-                    let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
-                    return Ok(ChunkStats::Pooled(PooledStats {
-                        weights,
-                        means,
-                        within,
-                    }));
+                // Diagonal statistics of labeled rows with few classes: each class's sums, then its
+                // squared deviations, in two SIMD passes over each column (the second while it is
+                // in L1), with no grouping and no copy; the sums also check the values. With more classes each pass costs K masked
+                // operations per value, and the copy in class order below wins (d = 16 and 64:
+                // 1.2-2x faster at K = 2, 1.4-1.8x slower at K = 10).
+                if let Some(labels) = chunk.labels
+                    && kind == ScatterKind::Diagonal
+                    && k <= IN_PLACE_MAX_CLASSES
+                {
+                    return diagonal_class_stats(&chunk, labels, k).map(wrap);
                 }
-                return Ok(ChunkStats::Classes(
-                    (0..k)
-                        .map(|c| {
+                // Full statistics of labeled rows with few features and few classes: the same two
+                // passes, each class's products of deviations by mask.
+                if let Some(labels) = chunk.labels
+                    && kind == ScatterKind::Full
+                    && by_masks(k, d)
+                {
+                    return full_class_stats(&chunk, labels, k).map(wrap);
+                }
+                check_chunk(&chunk)?;
+                let mut out = Vec::with_capacity(k);
+                match chunk.labels {
+                    // Labeled rows: one grouping pass, then each class's rows alone (weight one)
+                    // instead of K passes over one-hot columns that are mostly zero.
+                    Some(labels) => {
+                        // Only diagonal statistics of more classes than the masked sums take (full
+                        // ones split the chunk above): the chunk copied once in class order, each
+                        // class then a contiguous block of rows.
+                        let groups = LabelGroups::new(labels, k);
+                        let sorted = gather_rows(chunk.x, groups.order(), sorted_buf);
+                        for c in 0..k {
                             let mut st = SufficientStats::new(d, kind);
-                            st.accumulate_class(blocks, c, buffer);
-                            st
-                        })
-                        .collect(),
-                ));
-            }
-            // Diagonal statistics of labeled rows with few classes: each class's sums, then its
-            // squared deviations, in two SIMD passes over each column (the second while it is
-            // in L1), with no grouping and no copy; the sums also check the values. With more classes each pass costs K masked
-            // operations per value, and the copy in class order below wins (d = 16 and 64:
-            // 1.2-2x faster at K = 2, 1.4-1.8x slower at K = 10).
-            if let Some(labels) = chunk.labels
-                && kind == ScatterKind::Diagonal
-                && k <= IN_PLACE_MAX_CLASSES
-            {
-                return diagonal_class_stats(&chunk, labels, k).map(wrap);
-            }
-            // Full statistics of labeled rows with few features and few classes: the same two
-            // passes, each class's products of deviations by mask.
-            if let Some(labels) = chunk.labels
-                && kind == ScatterKind::Full
-                && by_masks(k, d)
-            {
-                return full_class_stats(&chunk, labels, k).map(wrap);
-            }
-            check_chunk(&chunk)?;
-            let mut out = Vec::with_capacity(k);
-            match chunk.labels {
-                // Labeled rows: one grouping pass, then each class's rows alone (weight one)
-                // instead of K passes over one-hot columns that are mostly zero.
-                Some(labels) => {
-                    // Only diagonal statistics of more classes than the masked sums take (full
-                    // ones split the chunk above): the chunk copied once in class order, each
-                    // class then a contiguous block of rows.
-                    let groups = LabelGroups::new(labels, k);
-                    let sorted = gather_rows(chunk.x, groups.order(), sorted_buf);
-                    for c in 0..k {
-                        let mut st = SufficientStats::new(d, kind);
-                        let (start, len) = groups.range(c);
-                        st.accumulate_unweighted(sorted.subrows(start, len), buffer);
-                        out.push(st);
+                            let (start, len) = groups.range(c);
+                            st.accumulate_unweighted(sorted.subrows(start, len), buffer);
+                            out.push(st);
+                        }
+                    }
+                    // Soft responsibilities: every class weights the same rows, laid out once.
+                    None => {
+                        let mut copies = vec![Vec::new(); k];
+                        let weights: Vec<&[f64]> = copies
+                            .iter_mut()
+                            .enumerate()
+                            .map(|(c, copy)| column(chunk.resp, c, copy))
+                            .collect();
+                        out = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
+                        SufficientStats::accumulate_rows_each(
+                            &mut out, chunk.x, &weights, row_block, buffer,
+                        );
                     }
                 }
-                // Soft responsibilities: every class weights the same rows, laid out once.
-                None => {
-                    let mut copies = vec![Vec::new(); k];
-                    let weights: Vec<&[f64]> = copies
-                        .iter_mut()
-                        .enumerate()
-                        .map(|(c, copy)| column(chunk.resp, c, copy))
-                        .collect();
-                    out = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
-                    SufficientStats::accumulate_rows_each(
-                        &mut out, chunk.x, &weights, row_block, buffer,
-                    );
-                }
-            }
-            Ok(wrap(out))
-        })?;
+                Ok(wrap(out))
+            },
+            ChunkStats::merge,
+        )?;
         // Merged in chunk order: each class's statistics, or (pooled) the classes' weights and
         // means and the shared scatter.
         let mut stats: Vec<SufficientStats> = Vec::new();

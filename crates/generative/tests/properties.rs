@@ -58,13 +58,15 @@ fn qda_parameters_equal_sample_means_and_covariances() {
 }
 
 /// LDA's shared covariance is the textbook pooled one, Σ_k Σ_{i ∈ k} (x_i − μ_k)(x_i − μ_k)ᵀ / n,
-/// over several chunks of rows (their class means differ, so the merge's corrections matter),
-/// from labels (each chunk's classes scattered about their own chunk means in one pass), from
-/// the same labels as one-hot responsibilities, and from a mixture of the two sets.
+/// and QDA's each class's own, over 35 chunks of rows (their class means differ, so the
+/// merges' corrections matter; runs of 2 chunks are merged by a worker before the runs are):
+/// from labels (LDA: each chunk's classes scattered about their own chunk means in one pass),
+/// from the same labels as one-hot responsibilities, and from a mixture of the two sets; and
+/// the same bits on 1 and 2 threads.
 #[test]
-fn lda_covariance_is_the_pooled_sample_covariance_over_many_chunks() {
+fn gaussian_covariances_are_the_sample_ones_over_many_chunks() {
     use generative::model::{WeightedFit, WeightedRows};
-    let (n, d) = (10_000, 7);
+    let (n, d) = (140_000, 5);
     for k in [2usize, 3, 6] {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(k as u64);
         // Classes whose share changes along the rows, and a drift along the rows, so each
@@ -72,7 +74,7 @@ fn lda_covariance_is_the_pooled_sample_covariance_over_many_chunks() {
         let y: Vec<usize> = (0..n).map(|i| (i * i / 7 + i / 900) % k).collect();
         let x = Mat::from_fn(n, d, |i, j| {
             let z: f64 = StandardNormal.sample(&mut rng);
-            1e3 + z * (1.0 + 0.2 * j as f64) + (y[i] * (j + 1)) as f64 + i as f64 * 1e-3
+            1e3 + z * (1.0 + 0.2 * j as f64) + (y[i] * (j + 1)) as f64 + i as f64 * 1e-4
         });
         let mut counts = vec![0.0; k];
         let mut mu = Mat::<f64>::zeros(k, d);
@@ -87,52 +89,72 @@ fn lda_covariance_is_the_pooled_sample_covariance_over_many_chunks() {
                 mu[(c, j)] /= counts[c];
             }
         }
-        let mut want = Mat::<f64>::zeros(d, d);
+        let mut scatters = vec![Mat::<f64>::zeros(d, d); k];
         for i in 0..n {
+            let s = &mut scatters[y[i]];
             for a in 0..d {
                 for b in 0..d {
-                    want[(a, b)] += (x[(i, a)] - mu[(y[i], a)]) * (x[(i, b)] - mu[(y[i], b)]);
+                    s[(a, b)] += (x[(i, a)] - mu[(y[i], a)]) * (x[(i, b)] - mu[(y[i], b)]);
                 }
             }
         }
-        want /= faer::Scale(n as f64);
-        let lda = GaussianParams::default().check().unwrap();
+        let mut pooled = Mat::<f64>::zeros(d, d);
+        for s in &scatters {
+            pooled += s;
+        }
+        pooled /= faer::Scale(n as f64);
         let resp = model::one_hot(&y, k).unwrap();
         let half = n / 2;
-        let fits = [
-            ("labeled", lda.fit(x.as_ref(), &y, k).unwrap()),
-            (
-                "one-hot",
-                lda.fit_weighted(x.as_ref(), resp.as_ref()).unwrap(),
-            ),
-            (
-                "mixed",
-                lda.fit_sets(&[
-                    WeightedRows::labeled(x.as_ref().subrows(0, half), &y[..half], k),
-                    WeightedRows::weighted(
-                        x.as_ref().subrows(half, n - half),
-                        resp.as_ref().subrows(half, n - half),
-                    ),
-                ])
-                .unwrap(),
-            ),
-        ];
-        for (what, m) in &fits {
-            for c in 0..k {
-                for j in 0..d {
-                    let (a, b) = (m.means()[(c, j)], mu[(c, j)]);
-                    assert!(
-                        (a - b).abs() < 1e-12 * b.abs(),
-                        "{what} K={k} mean ({c}, {j})"
-                    );
+        for structure in [CovarianceStructure::Tied, CovarianceStructure::Full] {
+            let spec = GaussianParams::with_structure(structure).check().unwrap();
+            let fits = |threads| {
+                on_threads(threads, || {
+                    [
+                        ("labeled", spec.fit(x.as_ref(), &y, k).unwrap()),
+                        (
+                            "one-hot",
+                            spec.fit_weighted(x.as_ref(), resp.as_ref()).unwrap(),
+                        ),
+                        (
+                            "mixed",
+                            spec.fit_sets(&[
+                                WeightedRows::labeled(x.as_ref().subrows(0, half), &y[..half], k),
+                                WeightedRows::weighted(
+                                    x.as_ref().subrows(half, n - half),
+                                    resp.as_ref().subrows(half, n - half),
+                                ),
+                            ])
+                            .unwrap(),
+                        ),
+                    ]
+                })
+            };
+            let (one, two) = (fits(1), fits(2));
+            for ((what, m), (_, m2)) in one.iter().zip(&two) {
+                assert_eq!(m, m2, "{structure:?} {what} K={k}: 1 and 2 threads");
+                for c in 0..k {
+                    for j in 0..d {
+                        let (a, b) = (m.means()[(c, j)], mu[(c, j)]);
+                        assert!(
+                            (a - b).abs() < 1e-12 * b.abs(),
+                            "{what} K={k} mean ({c}, {j})"
+                        );
+                    }
                 }
-            }
-            let cov = m.covariance(0);
-            for a in 0..d {
-                for b in 0..d {
-                    let (g, w) = (cov[(a, b)], want[(a, b)]);
-                    let tol = 1e-11 * (want[(a, a)] * want[(b, b)]).sqrt();
-                    assert!((g - w).abs() < tol, "{what} K={k} ({a}, {b}): {g} vs {w}");
+                for c in 0..k {
+                    let want = match structure {
+                        CovarianceStructure::Tied => pooled.clone(),
+                        _ => &scatters[c] / faer::Scale(counts[c]),
+                    };
+                    let cov = m.covariance(c);
+                    for a in 0..d {
+                        for b in 0..d {
+                            let (g, w) = (cov[(a, b)], want[(a, b)]);
+                            let tol = 1e-11 * (want[(a, a)] * want[(b, b)]).sqrt();
+                            let at = format!("{structure:?} {what} K={k} class {c} ({a}, {b})");
+                            assert!((g - w).abs() < tol, "{at}: {g} vs {w}");
+                        }
+                    }
                 }
             }
         }
