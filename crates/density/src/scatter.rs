@@ -753,13 +753,13 @@ fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
     simd.reduce_sum_f64s(s)
 }
 
-/// Rows per pass over all tiles of unit-weight rows: the tiles re-read the block's columns, so a pass covers only as
-/// many rows as stay in L2 (512 rows × 64 columns = 256 KB), and each tile's accumulators wait
-/// in memory between passes. Every lane still sums its rows in order, so the pass length does not
-/// change the result. Why not fewer: a pass of 128 rows (64 KB) was meant to stay in L1, but at
-/// d = 64 it does not (48 KB here), and each tile then reads 16-line runs of columns from L2,
-/// too short for the prefetcher. On the Xeon, the tiles alone on a 4096 × 64 block in L2 (one
-/// thread) ran at 48–51 GFLOP/s with 128 rows, 58–60 with 256, 62–64 with 512 and 1024, and
+/// Rows per pass over all tiles of unit-weight rows: the tiles re-read the block's columns, so a
+/// pass covers only as many rows as stay in L2 (512 rows × 64 columns = 256 KB), and each tile's
+/// accumulators wait in memory between passes. Every lane still sums its rows in order, so the pass
+/// length does not change the result. Why not fewer: a pass of 128 rows (64 KB) was meant to stay
+/// in L1, but at d = 64 it does not (48 KB here), and each tile then reads 16-line runs of columns
+/// from L2, too short for the prefetcher. On the Xeon, the tiles alone on a 4096 × 64 block in L2
+/// (one thread) ran at 48–51 GFLOP/s with 128 rows, 58–60 with 256, 62–64 with 512 and 1024, and
 /// 44–52 with 4096; at d = 16 the same within noise from 128 to 512 rows.
 const PASS_ROWS: usize = 512;
 

@@ -490,10 +490,10 @@ impl WeightedFit for Checked<GaussianParams> {
             |state, chunk| {
                 let (blocks, buffer, sorted_buf, row_block) = state;
                 // Full scatters of labeled rows (but for few features and classes, below): the
-                // chunk is copied once into the classes' blocks, which also tells whether its values
-                // are finite, so it is read once, not a second time by the check. Up to 4 classes
-                // are packed out of each column with AVX-512; more, or any without AVX-512, are
-                // grouped first and copied by index.
+                // chunk is copied once into the classes' blocks, which also tells whether its
+                // values are finite, so it is read once, not a second time by the check. Up to 4
+                // classes are packed out of each column with AVX-512; more, or any without AVX-512,
+                // are grouped first and copied by index.
                 if let Some(labels) = chunk.labels
                     && kind == ScatterKind::Full
                     && !by_masks(k, d)
@@ -531,9 +531,10 @@ impl WeightedFit for Checked<GaussianParams> {
                 }
                 // Diagonal statistics of labeled rows with few classes: each class's sums, then its
                 // squared deviations, in two SIMD passes over each column (the second while it is
-                // in L1), with no grouping and no copy; the sums also check the values. With more classes each pass costs K masked
-                // operations per value, and the copy in class order below wins (d = 16 and 64:
-                // 1.2-2x faster at K = 2, 1.4-1.8x slower at K = 10).
+                // in L1), with no grouping and no copy; the sums also check the values. With more
+                // classes each pass costs K masked operations per value, and the copy in class
+                // order below wins (d = 16 and 64: 1.2-2x faster at K = 2, 1.4-1.8x slower at
+                // K = 10).
                 if let Some(labels) = chunk.labels
                     && kind == ScatterKind::Diagonal
                     && k <= IN_PLACE_MAX_CLASSES

@@ -273,15 +273,15 @@ where
     results.into_iter().collect()
 }
 
-/// As [`map_chunks_by_label`], with a scratch state per worker (see [`run_indexed_with`]) and
-/// the results of each run of up to `longest`
-/// consecutive chunks of a set folded into one by `merge` (in chunk order, by the worker that
-/// computed them), and one result per run returned, in order. A set is cut into at least
-/// [`MIN_RUNS`] runs where it has as many chunks, so that many threads still share it. The
-/// runs depend only on the sets' sizes, so the results do not depend on the thread count. Why: a QDA fit at d = 64, K = 10 merges 2,450
-/// class statistics of 32 KB; merged on the calling thread after the pass, each one read back
-/// from memory, they took 16 ms, about a tenth of the fit. Each run's first error is its
-/// result, so the first error in chunk order is still the one returned.
+/// As [`map_chunks_by_label`], with a scratch state per worker (see [`run_indexed_with`]) and the
+/// results of each run of up to `longest` consecutive chunks of a set folded into one by `merge`
+/// (in chunk order, by the worker that computed them), and one result per run returned, in order. A
+/// set is cut into at least [`MIN_RUNS`] runs where it has as many chunks, so that many threads
+/// still share it. The runs depend only on the sets' sizes, so the results do not depend on the
+/// thread count. Why: a QDA fit at d = 64, K = 10 merges 2,450 class statistics of 32 KB; merged on
+/// the calling thread after the pass, each one read back from memory, they took 16 ms, about a
+/// tenth of the fit. Each run's first error is its result, so the first error in chunk order is
+/// still the one returned.
 pub fn fold_chunks_by_label_with<S, T, N, F, M>(
     sets: &[WeightedRows<'_>],
     longest: usize,
