@@ -17,6 +17,7 @@ pub mod mixed;
 pub mod model;
 pub mod naive_bayes;
 pub mod parallel;
+mod placement;
 
 pub use error::GenerativeError;
 pub use gaussian::{

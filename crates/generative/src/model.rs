@@ -365,7 +365,7 @@ pub enum Posterior {
 const NORMALIZE_BLOCK: usize = 128;
 
 /// Turns a chunk of log joints into posteriors (`probability`) or log posteriors, in place,
-/// with one exponential per entry. Works on blocks of [`NORMALIZE_BLOCK`] rows, column by column
+/// with one exponential per entry. Works on blocks of `NORMALIZE_BLOCK` rows, column by column
 /// within a block (the chunk is column-major), so the inner loops run over contiguous memory
 /// and the block's passes (maximum, exponentials, scaling) read it from L1 rather than the whole
 /// chunk from L2 three times. Every entry's arithmetic is the same whatever the block size. Rows

@@ -11,6 +11,7 @@ use density::block::column;
 use faer::{Mat, MatMut, MatRef};
 
 use crate::model::{Responsibilities, WeightedRows, one_hot};
+use crate::placement;
 use crate::{GenerativeError, Result};
 
 /// Rows per chunk for fitting and prediction.
@@ -31,6 +32,11 @@ pub const CHUNK_ROWS: usize = 4096;
 /// largest remaining share. Contiguous shares matter: with items handed out alternately, both
 /// threads fault on the same fresh 2 MiB output pages (QDA's `predict_proba` at d = 2, K = 10
 /// was 15% slower that way).
+///
+/// Right after waking the helpers, the caller yields its CPU once, and a helper that starts on
+/// the caller's CPU moves to another for its share (see the `placement` module): a
+/// helper woken onto the busy caller's CPU otherwise waited for the caller's time slice to end,
+/// and the two then took turns on one CPU.
 ///
 /// Every item is taken exactly once, and the result of item `i` depends only on `f(i, item)`,
 /// never on which thread ran it or when, which keeps results bit-identical on any number of
@@ -95,9 +101,16 @@ where
             }
         }
     };
+    // A helper that starts on the caller's CPU moves off it (see `placement`); the caller's
+    // thread itself, when it runs a helper's job in a nested call, stays where it is.
+    let (caller, caller_cpu) = (std::thread::current().id(), placement::current_cpu());
     let work = |w: usize| {
         let mut state = init();
+        let mut placed = None;
         while let Some(i) = take(w) {
+            if placed.is_none() && std::thread::current().id() != caller {
+                placed = Some(placement::move_off(caller_cpu));
+            }
             // `take` hands index `i` to one worker only, so its slot is full and unlocked (`f`
             // never runs under a lock, so none can be poisoned).
             let item = slots[i].lock().map(|mut s| s.take()).ok().flatten();
@@ -113,6 +126,11 @@ where
         for w in 1..workers {
             let work = &work;
             scope.spawn(move |_| work(w));
+        }
+        // A helper woken onto this CPU runs now, and moves off it, instead of after this
+        // thread's time slice (see `placement`).
+        if workers > 1 {
+            std::thread::yield_now();
         }
         work(0);
     });
