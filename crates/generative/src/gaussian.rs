@@ -481,6 +481,7 @@ impl WeightedFit for Checked<GaussianParams> {
                 Vec::<f64>::new(),
                 Vec::<f64>::new(),
                 RowBlock::new(),
+                LabelGroups::default(),
             )
         };
         let partials = fold_chunks_by_label_with(
@@ -488,7 +489,7 @@ impl WeightedFit for Checked<GaussianParams> {
             MERGED_RUN,
             scratch,
             |state, chunk| {
-                let (blocks, buffer, sorted_buf, row_block) = state;
+                let (blocks, buffer, sorted_buf, row_block, groups) = state;
                 // Full scatters of labeled rows (but for few features and classes, below): the
                 // chunk is copied once into the classes' blocks, which also tells whether its
                 // values are finite, so it is read once, not a second time by the check. Up to 4
@@ -501,7 +502,7 @@ impl WeightedFit for Checked<GaussianParams> {
                     let finite = if split_packs(k) {
                         blocks.split(chunk.x, labels, k)
                     } else {
-                        let groups = LabelGroups::new(labels, k);
+                        groups.regroup(labels, k);
                         let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
                         blocks.split_by_order(chunk.x, groups.order(), &ranges)
                     };
@@ -558,7 +559,7 @@ impl WeightedFit for Checked<GaussianParams> {
                         // Only diagonal statistics of more classes than the masked sums take (full
                         // ones split the chunk above): the chunk copied once in class order, each
                         // class then a contiguous block of rows.
-                        let groups = LabelGroups::new(labels, k);
+                        groups.regroup(labels, k);
                         let sorted = gather_rows(chunk.x, groups.order(), sorted_buf);
                         for c in 0..k {
                             let mut st = SufficientStats::new(d, kind);
