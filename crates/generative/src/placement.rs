@@ -1,12 +1,13 @@
 //! Keeping a parallel pass's helper threads off the CPU its caller runs on.
 //!
 //! Why: a pass starts on the calling thread and wakes pool threads to help
-//! ([`run_indexed_with`](crate::parallel::run_indexed_with)). On a virtual machine, an idle
-//! vCPU the host has descheduled counts as busy to Linux (`vcpu_is_preempted`), so the woken
-//! thread can be placed on the caller's CPU, which is busy with the pass, while the other CPU
-//! idles. The two then take turns on one CPU until the load balancer moves one of them, 2–4 ms
-//! later: on our 2-vCPU benchmark host about one pass in four, each slower than one thread
-//! alone (an LDA fit at n = 1e6, d = 2 took 4–7 ms against 2–3 ms; see BENCHMARKS.md).
+//! ([`run_indexed_with`](crate::parallel::run_indexed_with)). On our 2-vCPU benchmark host the
+//! woken thread was often placed on the caller's CPU, which was busy with the pass, while the
+//! other CPU idled: likely because, on a virtual machine, Linux counts an idle vCPU the host has
+//! descheduled as busy (`vcpu_is_preempted`; not verified). The two then took turns on one CPU
+//! until the load balancer moved one of them, 2–4 ms later. That happened in about 4 of 10
+//! passes at d = 2, each slower than one thread alone: an LDA fit at n = 1e6, d = 2 took 4–7 ms
+//! against 2–3 ms (see BENCHMARKS.md, twenty-sixth round).
 //!
 //! A helper that finds itself on the caller's CPU therefore removes that CPU from the set it
 //! may run on, which moves it at once to another CPU of its set, and puts the set back when its
