@@ -106,9 +106,11 @@ where
     let (caller, caller_cpu) = (std::thread::current().id(), placement::current_cpu());
     let work = |w: usize| {
         let mut state = init();
+        let helper = std::thread::current().id() != caller;
+        // Held until this worker's share is done.
         let mut placed = None;
         while let Some(i) = take(w) {
-            if placed.is_none() && std::thread::current().id() != caller {
+            if helper && placed.is_none() {
                 placed = Some(placement::move_off(caller_cpu));
             }
             // `take` hands index `i` to one worker only, so its slot is full and unlocked (`f`
