@@ -328,7 +328,7 @@ fn matmul_rate(par: faer::Par) -> f64 {
 /// additions, which the compiler may not reorder: it measured the adder's latency, not memory
 /// (11 against 15 GB/s on one thread, 20 against 28–30 on two, measured back to back on this
 /// host), and so overstated every bandwidth-bound floor by about 1.4× until the nineteenth round.
-/// Each block is also read as [`STREAMS`] interleaved parts (`streamed_sum`): one sequential
+/// Each block is also read as [`STREAMS`] interleaved parts (`interleaved_sum`): one sequential
 /// stream per thread left the hardware prefetcher short of requests. Here, in two runs on this
 /// host (twenty-sixth round), the streamed read took 26.3–27.2 GB/s on two threads where the
 /// single stream took 23.7–24.0, and 13.9–14.1 against 11.6–12.3 on one; a scratch program
@@ -338,7 +338,10 @@ fn bandwidth() -> (f64, f64) {
     let v: Vec<f64> = (0..100_000_000).map(|i| i as f64).collect();
     let bytes = (v.len() * 8) as f64;
     let mut best = (0.0f64, 0.0f64);
-    for sum in [wide_sum as fn(&[f64]) -> f64, streamed_sum] {
+    for sum in [
+        interleaved_sum::<1> as fn(&[f64]) -> f64,
+        interleaved_sum::<STREAMS>,
+    ] {
         let t1 = time_it(3, || {
             std::hint::black_box(sum(&v));
         });
@@ -353,14 +356,15 @@ fn bandwidth() -> (f64, f64) {
 /// Values per block the pool's threads take in turn when measuring bandwidth (32 MB).
 const BANDWIDTH_BLOCK: usize = 1 << 22;
 
-/// Parts of a block that [`streamed_sum`] reads side by side.
+/// Parts of a block that the streamed read takes side by side.
 const STREAMS: usize = 8;
 
-/// Σ v read as [`STREAMS`] equal consecutive parts side by side, 16 values of each in turn (the
-/// rest after), with 16 partial sums.
-fn streamed_sum(v: &[f64]) -> f64 {
-    let part = v.len() / STREAMS / 16 * 16;
-    let parts: Vec<&[f64]> = (0..STREAMS).map(|p| &v[p * part..(p + 1) * part]).collect();
+/// Σ v with 16 independent partial sums, so that the loads, not the additions, set the pace, read
+/// as `PARTS` equal consecutive parts side by side, 16 values of each in turn (the rest after).
+/// One part is the single-stream read.
+fn interleaved_sum<const PARTS: usize>(v: &[f64]) -> f64 {
+    let part = v.len() / PARTS / 16 * 16;
+    let parts: [&[f64]; PARTS] = std::array::from_fn(|p| &v[p * part..(p + 1) * part]);
     let mut acc = [0.0f64; 16];
     for i in (0..part).step_by(16) {
         for p in &parts {
@@ -369,20 +373,7 @@ fn streamed_sum(v: &[f64]) -> f64 {
             }
         }
     }
-    acc.iter().sum::<f64>() + v[STREAMS * part..].iter().sum::<f64>()
-}
-
-/// Σ v with 16 independent partial sums, so that the loads, not the additions, set the pace.
-fn wide_sum(v: &[f64]) -> f64 {
-    let mut acc = [0.0f64; 16];
-    let chunks = v.chunks_exact(16);
-    let rest: f64 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for (a, x) in acc.iter_mut().zip(c) {
-            *a += x;
-        }
-    }
-    acc.iter().sum::<f64>() + rest
+    acc.iter().sum::<f64>() + v[PARTS * part..].iter().sum::<f64>()
 }
 
 /// Fit and predict_proba rows of one classifier, when `sel` asks for its scikit-learn name `sk`.
@@ -1251,8 +1242,8 @@ mod tests {
         for n in [0usize, 1, 15, 16, 127, 128, 129, 1000, 4099] {
             let v: Vec<f64> = (0..n).map(|i| (i % 97) as f64).collect();
             let exact: f64 = (0..n).map(|i| (i % 97) as f64).sum();
-            assert_eq!(wide_sum(&v), exact, "n={n}");
-            assert_eq!(streamed_sum(&v), exact, "n={n}");
+            assert_eq!(interleaved_sum::<1>(&v), exact, "n={n}");
+            assert_eq!(interleaved_sum::<STREAMS>(&v), exact, "n={n}");
         }
     }
 }
