@@ -1126,7 +1126,7 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
 }
 
 /// Repeated fit or predict_proba of one classifier at n = 1,000,000 (for a profiler):
-/// `what` is `<lda|qda|gnb|bnb|mnb>-<fit|predict>`.
+/// `what` is `<lda|qda|gnb|bnb|mnb>-<fit|predict|predict-into|joint-into>`.
 pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
     let (model, op) = what
         .split_once('-')
@@ -1188,10 +1188,16 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
             let t = Instant::now();
             if op == "fit" {
                 std::hint::black_box(spec.fit(x, y, k).map_err(|e| e.to_string())?);
-            } else if op == "predict-into" {
+            } else if op == "predict-into" || op == "joint-into" {
+                // `joint-into` stops at the log joints: the scores without the normalisation.
+                let what = if op == "joint-into" {
+                    Posterior::Joint
+                } else {
+                    Posterior::Probability
+                };
                 kept.resize_with(x.nrows(), k, |_, _| 0.0);
                 fitted
-                    .log_joint_into(x, kept.as_mut(), Posterior::Probability)
+                    .log_joint_into(x, kept.as_mut(), what)
                     .map_err(|e| e.to_string())?;
                 std::hint::black_box(&kept);
             } else {
