@@ -9,6 +9,7 @@
 
 pub mod block;
 mod error;
+pub mod exp;
 pub mod family;
 pub mod linalg;
 pub mod mahalanobis;

@@ -122,75 +122,6 @@ pub fn ln_factorial(n: f64) -> f64 {
     }
 }
 
-/// `exp(x)` for `x ≤ 0` (including `-inf`, which gives 0), within 2 ulp of the correctly
-/// rounded value, written so that loops over it vectorise (no branches).
-///
-/// Its multiply-adds are fused (`mul_add`, one rounding each): 16 instead of 28 operations in the
-/// polynomial. Inside a `pulp` dispatch for a CPU with FMA they are single instructions; compiled
-/// without FMA they are calls to libm's `fma`, slower but exactly rounded too, so the result is
-/// the same bits on every instruction set. Hot loops therefore call it from a dispatch.
-///
-/// Normalising log-probabilities only ever exponentiates `v − max ≤ 0`; libm's `exp` is an
-/// opaque call per element and was a third of `predict_proba`'s time. Method: x = k ln 2 + r
-/// with |r| ≤ ln 2 / 2 (Cody–Waite, ln 2 split in two so k ln 2 is exact), e^r by its Taylor
-/// series to degree 13 (truncation error < 1e-17, evaluated by Estrin's scheme), and 2^k
-/// applied as 2^(k + 60), exact, then 2^-60, one rounding, so that results down to the
-/// smallest subnormal are right.
-#[inline(always)]
-pub fn exp_nonpositive(x: f64) -> f64 {
-    const LOG2E: f64 = std::f64::consts::LOG2_E;
-    // ln 2 = LN2_HI + LN2_LO, LN2_HI with 21 trailing zero bits so k · LN2_HI is exact.
-    const LN2_HI: f64 = 0.693_147_180_369_123_8;
-    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
-    // Adding 1.5 · 2^52 rounds to an integer and leaves it in the low mantissa bits.
-    const SHIFT: f64 = 6_755_399_441_055_744.0;
-    let x = x.clamp(-746.0, 0.0);
-    let t = x.mul_add(LOG2E, SHIFT);
-    let k = t - SHIFT;
-    let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, x));
-    // Estrin's scheme (pairs, then r², r⁴, r⁸): a dependency chain of 4 operations instead of
-    // Horner's 13, so independent elements overlap in the pipeline.
-    let r2 = r * r;
-    let r4 = r2 * r2;
-    let r8 = r4 * r4;
-    let q0 = 1.0 + r;
-    let q1 = r.mul_add(1.0 / 6.0, 0.5);
-    let q2 = r.mul_add(1.0 / 120.0, 1.0 / 24.0);
-    let q3 = r.mul_add(1.0 / 5_040.0, 1.0 / 720.0);
-    let q4 = r.mul_add(1.0 / 362_880.0, 1.0 / 40_320.0);
-    let q5 = r.mul_add(1.0 / 39_916_800.0, 1.0 / 3_628_800.0);
-    let q6 = r.mul_add(1.0 / 6_227_020_800.0, 1.0 / 479_001_600.0);
-    let s0 = q1.mul_add(r2, q0);
-    let s1 = q3.mul_add(r2, q2);
-    let s2 = q5.mul_add(r2, q4);
-    let t0 = s1.mul_add(r4, s0);
-    let t1 = q6.mul_add(r4, s2);
-    let p = t1.mul_add(r8, t0);
-    // p · 2^k for k ∈ [-1077, 0], where 2^k itself is subnormal (or 0) below -1022: scale by
-    // 2^(k + 60), always a normal number, then by 2^-60. The first product is exact, so the
-    // second rounds once, and results down to the smallest subnormal are right. 2^(k + 60) comes
-    // from t's bits (SHIFT's plus k) by an integer subtract and a left shift only (64-bit lanes
-    // have no arithmetic right shift before AVX-512, which would stop the loop vectorising).
-    const UNDER: u64 = 60;
-    const TWO_TO_MINUS_UNDER: f64 = 1.0 / (1u64 << UNDER) as f64;
-    let bias = SHIFT.to_bits().wrapping_sub(1023 + UNDER);
-    let scale = f64::from_bits(t.to_bits().wrapping_sub(bias) << 52);
-    p * scale * TWO_TO_MINUS_UNDER
-}
-
-/// `values[i] = exp(values[i] − shift[i])` and `sums[i] += values[i]` (requires
-/// `values[i] ≤ shift[i]`). Branch-free, so it vectorises: callers run it inside a `pulp`
-/// dispatch of their own (one choice of SIMD per chunk, not per short slice) for the widest
-/// vectors the CPU has; the arithmetic is the same on every path, so results do not depend on it.
-#[inline(always)]
-pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64]) {
-    for ((v, m), s) in values.iter_mut().zip(shift).zip(sums.iter_mut()) {
-        let e = exp_nonpositive(*v - m);
-        *v = e;
-        *s += e;
-    }
-}
-
 /// Sum of a slice with eight fixed partial sums (combined in a fixed order), so the loop
 /// vectorises; the result does not depend on threads, alignment or the SIMD width, and equals
 /// `dot(a, ones)` bit for bit.
@@ -257,46 +188,6 @@ pub fn normal_cdf(x: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn exp_nonpositive_matches_libm_within_two_ulp() {
-        let ulp = |a: f64, b: f64| (a.to_bits() as i64 - b.to_bits() as i64).abs();
-        let mut worst = 0;
-        // Dense near 0, where most normalised log-probabilities are, then the whole range
-        // including subnormal results (below about -708).
-        let points = (0..200_000)
-            .map(|i| -(i as f64) * 1e-4)
-            .chain((0..200_000).map(|i| -(i as f64) * 0.003_727))
-            .chain([-708.0, -708.4, -709.0, -720.5, -744.0, -745.1]);
-        for x in points {
-            let (got, want) = (exp_nonpositive(x), x.exp());
-            assert!(got.is_finite() && got >= 0.0, "exp({x}) = {got}");
-            worst = worst.max(ulp(got, want));
-        }
-        assert!(worst <= 2, "worst error {worst} ulp");
-        assert_eq!(exp_nonpositive(f64::NEG_INFINITY), 0.0);
-        assert_eq!(exp_nonpositive(-800.0), 0.0);
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert_eq!(exp_nonpositive(-0.0), 1.0);
-    }
-
-    #[test]
-    fn exp_shifted_accumulate_is_the_scalar_formula() {
-        let mut v: Vec<f64> = (0..37).map(|i| -(i as f64) * 0.7).collect();
-        let shift: Vec<f64> = (0..37).map(|i| (i % 3) as f64).collect();
-        let mut sums = vec![1.0; 37];
-        let want: Vec<f64> = v
-            .iter()
-            .zip(&shift)
-            .map(|(a, b)| exp_nonpositive(a - b))
-            .collect();
-        exp_shifted_accumulate(&mut v, &shift, &mut sums);
-        assert_eq!(v, want);
-        for (s, w) in sums.iter().zip(&want) {
-            assert_eq!(*s, 1.0 + w);
-        }
-    }
-
     use super::*;
 
     #[test]

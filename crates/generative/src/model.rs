@@ -15,9 +15,8 @@ use crate::parallel::{
     CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed,
 };
 use crate::{GenerativeError, Result};
-use density::numerics::{
-    exp_nonpositive, exp_shifted_accumulate, log_normalize_in_place, log_sum_exp,
-};
+use density::exp::{exp_nonpositive_in_place, exp_shifted_accumulate};
+use density::numerics::{log_normalize_in_place, log_sum_exp};
 
 /// Class priors: estimated as the classes' shares of the total weight, or fixed by the user.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -581,13 +580,15 @@ fn two_class_probabilities(m: &mut MatMut<'_, f64>, shift: &[f64]) -> bool {
     ) else {
         return false;
     };
-    for ((a, b), mx) in c0
-        .as_slice_mut()
-        .iter_mut()
-        .zip(c1.as_slice_mut().iter_mut())
-        .zip(shift)
-    {
-        let e = exp_nonpositive(a.min(*b) - mx);
+    let (c0, c1) = (c0.as_slice_mut(), c1.as_slice_mut());
+    // The exponentials first, in a block of their own, so that they run on the vector kernel.
+    let mut e = [0.0; NORMALIZE_BLOCK];
+    let e = &mut e[..c0.len()];
+    for ((e, (a, b)), mx) in e.iter_mut().zip(c0.iter().zip(c1.iter())).zip(shift) {
+        *e = a.min(*b) - mx;
+    }
+    exp_nonpositive_in_place(e);
+    for ((a, b), e) in c0.iter_mut().zip(c1.iter_mut()).zip(e.iter()) {
         let f = 1.0 / (1.0 + e);
         let small = e * f;
         (*a, *b) = if *a >= *b { (f, small) } else { (small, f) };
