@@ -196,6 +196,19 @@ fn scalar(kernel: Kernel<'_>) {
     }
 }
 
+/// e^r − 1 = r + r² · g(r) on whole vectors, the scalar path's operations in its order (every
+/// multiply-add fused).
+#[inline(always)]
+fn expm1_reduced<S: pulp::Simd>(simd: S, r: S::f64s) -> S::f64s {
+    let splat = |v: f64| simd.splat_f64s(v);
+    let r2 = simd.mul_f64s(r, r);
+    let a = simd.mul_add_f64s(splat(G[1]), r, splat(G[0]));
+    let b = simd.mul_add_f64s(splat(G[3]), r, splat(G[2]));
+    let c = simd.mul_add_f64s(splat(G[5]), r, splat(G[4]));
+    let g = simd.mul_add_f64s(simd.mul_add_f64s(c, r2, b), r2, a);
+    simd.mul_add_f64s(g, r2, r)
+}
+
 /// A SIMD type with a whole-vector [`exp_nonpositive`].
 trait VectorExp: pulp::Simd {
     fn exp_nonpositive_f64s(self, x: Self::f64s) -> Self::f64s;
@@ -261,12 +274,7 @@ impl VectorExp for pulp::x86::V4 {
         let k = f._mm512_sub_pd(t, splat(SHIFT));
         let r = f._mm512_fnmadd_pd(k, splat(LN2_HI), x);
         let r = f._mm512_fnmadd_pd(k, splat(LN2_LO), r);
-        let r2 = f._mm512_mul_pd(r, r);
-        let a = fma(splat(G[1]), r, splat(G[0]));
-        let b = fma(splat(G[3]), r, splat(G[2]));
-        let c = fma(splat(G[5]), r, splat(G[4]));
-        let g = fma(fma(c, r2, b), r2, a);
-        let expm1 = fma(g, r2, r);
+        let expm1: __m512d = pulp::cast(expm1_reduced(self, pulp::cast(r)));
         // The index's low four bits pick one of the 16 entries in the two registers.
         let low: __m512d = pulp::cast(pulp::f64x8(
             TABLE[0], TABLE[1], TABLE[2], TABLE[3], TABLE[4], TABLE[5], TABLE[6], TABLE[7],
@@ -295,12 +303,7 @@ impl VectorExp for pulp::x86::V3 {
         let k = f._mm256_sub_pd(t, splat(SHIFT));
         let r = self.fma._mm256_fnmadd_pd(k, splat(LN2_HI), x);
         let r = self.fma._mm256_fnmadd_pd(k, splat(LN2_LO), r);
-        let r2 = f._mm256_mul_pd(r, r);
-        let a = fma(splat(G[1]), r, splat(G[0]));
-        let b = fma(splat(G[3]), r, splat(G[2]));
-        let c = fma(splat(G[5]), r, splat(G[4]));
-        let g = fma(fma(c, r2, b), r2, a);
-        let expm1 = fma(g, r2, r);
+        let expm1: __m256d = pulp::cast(expm1_reduced(self, pulp::cast(r)));
         let bits = f._mm256_castpd_si256(t);
         let index = i._mm256_and_si256(bits, f._mm256_set1_epi64x(15));
         // SAFETY: every index is in 0..16 (masked just above) and `TABLE` has 16 entries, so
