@@ -206,6 +206,22 @@ pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>)
     pulp::Arch::new().dispatch(Grouped::sums(x, groups, sums))
 }
 
+/// Each group's number of rows: `counts[g]` = how many of `groups` equal g, for g < `k` (others
+/// are not counted). One comparison pass per group with the CPU's widest SIMD, rather than
+/// `counts[g] += 1`, whose steps wait on each other's stores when neighbouring rows share a
+/// group. Why the dispatch: as a plain loop it was SSE2 code, which has no 64-bit comparison
+/// (three instructions per pair of labels), about an eighth of an LDA fit at d = 2, K = 2.
+pub fn group_counts(groups: &[usize], k: usize) -> Vec<usize> {
+    pulp::Arch::new().dispatch(
+        #[inline(always)]
+        || {
+            (0..k)
+                .map(|g| groups.iter().map(|&l| usize::from(l == g)).sum())
+                .collect()
+        },
+    )
+}
+
 /// As [`grouped_sums`], of `x > threshold` (1 or 0): adds to `sums[(g, j)]` how many rows of
 /// group g have column j above `threshold` (the counts of a labeled Bernoulli fit, without a
 /// binarised copy). The counts are exact, so they are the bits of summing a binarised copy.
@@ -750,6 +766,23 @@ mod tests {
                     let tol = 1e-13 * (1.0 + want.abs());
                     assert!((got - want).abs() <= tol, "n = {n}: {got} vs {want}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn group_counts_count_each_group_and_skip_the_rest() {
+        for n in [0usize, 1, 7, 8, 9, 100, 4099] {
+            let groups: Vec<usize> = (0..n).map(|i| (i * 7 + i / 3) % 6).collect();
+            for k in [1usize, 2, 5, 6] {
+                let got = group_counts(&groups, k);
+                let mut want = vec![0; k];
+                for &g in &groups {
+                    if g < k {
+                        want[g] += 1;
+                    }
+                }
+                assert_eq!(got, want, "n = {n}, k = {k}");
             }
         }
     }

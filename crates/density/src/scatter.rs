@@ -109,8 +109,7 @@ impl ClassBlocks {
     pub fn split(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
         let (n, d) = (x.nrows().min(labels.len()), x.ncols());
         let labels = &labels[..n];
-        let lens = (0..k).map(|c| labels.iter().map(|&l| usize::from(l == c)).sum());
-        self.lay_out(d, lens);
+        self.lay_out(d, crate::moments::group_counts(labels, k).into_iter());
         let stride = self.stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
         let mut finite = true;

@@ -241,13 +241,9 @@ fn checked_class_counts_and_means(
     Ok((counts, means))
 }
 
-/// Each class's number of rows. One comparison pass per class (it vectorises) rather than
-/// `counts[label] += 1`, whose steps wait on each other's stores when neighbouring rows share
-/// a class.
+/// Each class's number of rows.
 fn class_counts(labels: &[usize], k: usize) -> Vec<usize> {
-    (0..k)
-        .map(|c| labels.iter().map(|&l| usize::from(l == c)).sum())
-        .collect()
+    density::moments::group_counts(labels, k)
 }
 
 /// Scans the chunk (naming its first non-finite value) only if a class sum is not finite.
