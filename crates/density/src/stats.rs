@@ -45,6 +45,13 @@ pub struct SufficientStats {
     scatter: Vec<f64>,
 }
 
+/// Fewest diagonal classes whose soft statistics [`SufficientStats::accumulate_rows_each`]
+/// takes together. Measured with `profile-em D K diag` (fastest M-step of 3 iterations, two runs
+/// each, AMD EPYC Zen 4): together, d = 64, K = 10 0.114 → 0.088 s, d = 16, K = 10 0.029 →
+/// 0.023 s, d = 64, K = 4 0.054 → 0.050 s; no faster at K = 3 (0.043 against 0.043 and 0.050 s),
+/// slower at K = 2 (0.031–0.034 → 0.038 s).
+const TOGETHER_MIN_CLASSES: usize = 4;
+
 impl SufficientStats {
     /// Empty statistics (zero weight) for rows of length `n_features`.
     pub fn new(n_features: usize, kind: ScatterKind) -> Self {
@@ -212,10 +219,19 @@ impl SufficientStats {
         buffer: &mut Vec<f64>,
     ) {
         let mut loaded = false;
-        for (st, w) in stats.iter_mut().zip(weights) {
+        // Diagonal statistics with weights mostly non-zero: all such classes together, each
+        // piece of rows read once for all of them (`diagonal_moments_each`), when there are
+        // at least [`TOGETHER_MIN_CLASSES`].
+        let (mut together, mut totals) = (Vec::new(), Vec::new());
+        for (c, (st, w)) in stats.iter_mut().zip(weights).enumerate() {
             debug_assert_eq!(w.len(), x.nrows());
             let total = crate::numerics::sum(w);
-            // Diagonal statistics, mostly-zero weights and empty classes as one at a time.
+            if st.kind == ScatterKind::Diagonal && total > 0.0 && !mostly_zero(w) {
+                together.push(c);
+                totals.push(total);
+                continue;
+            }
+            // Mostly-zero weights and empty classes as one at a time.
             if st.kind != ScatterKind::Full || total <= 0.0 || mostly_zero(w) {
                 st.accumulate_rows(x, w, buffer);
                 continue;
@@ -226,6 +242,32 @@ impl SufficientStats {
             }
             st.weight = total;
             block.weighted_mean_and_scatter(w, total, &mut st.mean, &mut st.scatter, buffer);
+        }
+        if together.is_empty() {
+            return;
+        }
+        // With few classes, one at a time takes each column's squares while its sums left it in
+        // L1, and reads the block no more often than the two passes over it together do.
+        if together.len() < TOGETHER_MIN_CLASSES {
+            for &c in &together {
+                stats[c].accumulate_rows(x, weights[c], buffer);
+            }
+            return;
+        }
+        let d = x.ncols();
+        let chosen: Vec<&[f64]> = together.iter().map(|&c| weights[c]).collect();
+        let (mut means, mut scatters) = (vec![0.0; chosen.len() * d], vec![0.0; chosen.len() * d]);
+        if crate::moments::diagonal_moments_each(x, &chosen, &totals, &mut means, &mut scatters) {
+            for (i, &c) in together.iter().enumerate() {
+                let st = &mut stats[c];
+                st.weight = totals[i];
+                st.mean.copy_from_slice(&means[i * d..(i + 1) * d]);
+                st.scatter.copy_from_slice(&scatters[i * d..(i + 1) * d]);
+            }
+        } else {
+            for &c in &together {
+                stats[c].accumulate_rows(x, weights[c], buffer);
+            }
         }
     }
 
