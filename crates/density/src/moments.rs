@@ -41,8 +41,7 @@ pub fn diagonal_moments(
                 .enumerate()
             {
                 let col = crate::block::column(self.x, j, &mut scratch);
-                *m = weighted_sum(simd, self.w, col) / self.total;
-                *s = weighted_sum_sq(simd, self.w, col, *m);
+                (*m, *s) = column_moments(simd, self.w, self.total, col);
             }
         }
     }
@@ -53,6 +52,14 @@ pub fn diagonal_moments(
         mean,
         scatter,
     });
+}
+
+/// One column's weighted mean and weighted squared deviations from it: what every path of
+/// [`diagonal_moments`] and [`diagonal_moments_each`] computes, to the bit.
+#[inline(always)]
+fn column_moments<S: Simd>(simd: S, w: Option<&[f64]>, total: f64, col: &[f64]) -> (f64, f64) {
+    let m = weighted_sum(simd, w, col) / total;
+    (m, weighted_sum_sq(simd, w, col, m))
 }
 
 /// [`diagonal_moments`] for several weight vectors over the same rows: class c's weighted mean
@@ -117,13 +124,12 @@ impl pulp::WithSimd for EachClass<'_> {
             4 => self.run::<S, 8>(simd),
             2 => self.run::<S, 16>(simd),
             _ => {
-                // One class at a time, with the scalar sums (the bits of every width).
+                // No vectors: one class at a time.
                 let d = self.columns.len();
-                for (c, (w, total)) in self.weights.iter().zip(self.totals).enumerate() {
+                for (c, (w, &total)) in self.weights.iter().zip(self.totals).enumerate() {
                     for (j, col) in self.columns.iter().enumerate() {
-                        let m = sum_scalar::<false>(Some(w), col, 0.0) / total;
-                        self.means[c * d + j] = m;
-                        self.scatters[c * d + j] = sum_scalar::<true>(Some(w), col, m);
+                        (self.means[c * d + j], self.scatters[c * d + j]) =
+                            column_moments(simd, Some(w), total, col);
                     }
                 }
             }
