@@ -243,30 +243,27 @@ impl SufficientStats {
             st.weight = total;
             block.weighted_mean_and_scatter(w, total, &mut st.mean, &mut st.scatter, buffer);
         }
-        if together.is_empty() {
-            return;
-        }
         // With few classes, one at a time takes each column's squares while its sums left it in
         // L1, and reads the block no more often than the two passes over it together do.
-        if together.len() < TOGETHER_MIN_CLASSES {
-            for &c in &together {
-                stats[c].accumulate_rows(x, weights[c], buffer);
-            }
-            return;
-        }
         let d = x.ncols();
         let chosen: Vec<&[f64]> = together.iter().map(|&c| weights[c]).collect();
         let (mut means, mut scatters) = (vec![0.0; chosen.len() * d], vec![0.0; chosen.len() * d]);
-        if crate::moments::diagonal_moments_each(x, &chosen, &totals, &mut means, &mut scatters) {
-            for (i, &c) in together.iter().enumerate() {
-                let st = &mut stats[c];
+        let done = together.len() >= TOGETHER_MIN_CLASSES
+            && crate::moments::diagonal_moments_each(
+                x,
+                &chosen,
+                &totals,
+                &mut means,
+                &mut scatters,
+            );
+        for (i, &c) in together.iter().enumerate() {
+            let st = &mut stats[c];
+            if done {
                 st.weight = totals[i];
                 st.mean.copy_from_slice(&means[i * d..(i + 1) * d]);
                 st.scatter.copy_from_slice(&scatters[i * d..(i + 1) * d]);
-            }
-        } else {
-            for &c in &together {
-                stats[c].accumulate_rows(x, weights[c], buffer);
+            } else {
+                st.accumulate_rows(x, weights[c], buffer);
             }
         }
     }

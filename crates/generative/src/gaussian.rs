@@ -19,6 +19,7 @@ use density::linalg::{matmul, solve_lower_triangular_in_place, solve_upper_trian
 use density::mahalanobis::gaussian_log_density;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
+use density::moments::group_counts;
 use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
@@ -233,17 +234,12 @@ fn checked_class_counts_and_means(
     labels: &[usize],
     k: usize,
 ) -> Result<(Vec<usize>, Mat<f64>)> {
-    let counts = class_counts(labels, k);
+    let counts = group_counts(labels, k);
     let mut sums = Mat::zeros(k, chunk.x.ncols());
     density::moments::grouped_sums(chunk.x, labels, sums.as_mut());
     check_through_sums(chunk, &sums)?;
     let means = class_means(&sums, &counts);
     Ok((counts, means))
-}
-
-/// Each class's number of rows.
-fn class_counts(labels: &[usize], k: usize) -> Vec<usize> {
-    density::moments::group_counts(labels, k)
 }
 
 /// Scans the chunk (naming its first non-finite value) only if a class sum is not finite.
@@ -291,7 +287,7 @@ fn diagonal_class_stats(
     k: usize,
 ) -> Result<Vec<SufficientStats>> {
     let (x, d) = (chunk.x, chunk.x.ncols());
-    let counts = class_counts(labels, k);
+    let counts = group_counts(labels, k);
     let (mut sums, mut scatter) = (Mat::zeros(k, d), Mat::zeros(k, d));
     density::moments::grouped_sums_and_squares(x, labels, &counts, sums.as_mut(), scatter.as_mut());
     check_through_sums(chunk, &sums)?;
