@@ -1151,7 +1151,12 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
         }
         return Ok(());
     }
-    let n = 1_000_000;
+    // `PROFILE_N` sets the rows (1,000,000 by default): a small n keeps the data in cache, which
+    // tells a kernel's own speed from its memory traffic.
+    let n = std::env::var("PROFILE_N")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1_000_000);
     let (x, y) = if matches!(model, "bnb" | "mnb") {
         count_data(n, d, k, 0)
     } else {
@@ -1203,7 +1208,7 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
             } else {
                 std::hint::black_box(fitted.predict_proba(x).map_err(|e| e.to_string())?);
             }
-            eprintln!("{op}: {:.4} s", t.elapsed().as_secs_f64());
+            eprintln!("{op}: {:.6} s", t.elapsed().as_secs_f64());
         }
         Ok(())
     }

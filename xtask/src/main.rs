@@ -18,7 +18,7 @@ static ALLOC: ssl_cli::alloc::HugePageAlloc = ssl_cli::alloc::HugePageAlloc;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  profile-em [D] [K] [full|diag|tied]  EM iterations at n = 1e6 (for a profiler; full covariance by default)\n  profile <model>-<fit|predict|predict-into|joint-into> [D] [K]  10 fits or predictions (predict-into: into a kept buffer; joint-into: its log joints only) at n = 1e6 (lda, qda, gnb, bnb, mnb);\n      PROFILE_COLD=c|s|cs first writes 64 MiB (c) and/or sleeps 20 ms (s) before each, as the benchmark's host gate does;\n      PROFILE_REPS=N times N runs instead of 10",
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  profile-em [D] [K] [full|diag|tied]  EM iterations at n = 1e6 (for a profiler; full covariance by default)\n  profile <model>-<fit|predict|predict-into|joint-into> [D] [K]  10 fits or predictions (predict-into: into a kept buffer; joint-into: its log joints only) at n = 1e6 (lda, qda, gnb, bnb, mnb);\n      PROFILE_COLD=c|s|cs first writes 64 MiB (c) and/or sleeps 20 ms (s) before each, as the benchmark's host gate does;\n      PROFILE_REPS=N times N runs instead of 10; PROFILE_N=N uses N rows instead of 1e6",
         reproduce::SCENARIOS.join(", ")
     );
     ExitCode::from(2)
