@@ -751,7 +751,7 @@ fn column_totals<S: Simd, const A: usize>(
 const READ_AHEAD_MIN_GROUPS: usize = 4;
 
 /// Columns whose rows [`touch_columns`] reads together.
-pub(crate) const TOUCHED_COLUMNS: usize = 4;
+pub const TOUCHED_COLUMNS: usize = 4;
 
 /// Reads one value per cache line of rows `..n` of columns `j .. j + TOUCHED_COLUMNS` of a
 /// column-major `x`, the columns side by side, so that the passes over them that follow find
@@ -764,8 +764,10 @@ pub(crate) const TOUCHED_COLUMNS: usize = 4;
 /// at K = 2 it then helps too (Gaussian NB fit at d = 64 0.0431 → 0.0352 s, multinomial 0.0269
 /// → 0.0249 s). Not before the squares' pass, which reads a chunk already in cache (0.0435 →
 /// 0.0497 s). With many groups, sums read only their first columns this way
-/// ([`READ_AHEAD_MIN_GROUPS`]). The value read is discarded; `black_box` keeps the loads.
-pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
+/// ([`READ_AHEAD_MIN_GROUPS`]). Full-covariance log joints (QDA, the mixture's E-step) touch a
+/// chunk of more than 8 columns before their substitution, which reads 64-row blocks of every
+/// column. The value read is discarded; `black_box` keeps the loads.
+pub fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
     let last = (j + TOUCHED_COLUMNS).min(x.ncols());
     let Some(columns) = crate::block::contiguous_columns(x, j..last) else {
         return;
