@@ -753,6 +753,12 @@ const READ_AHEAD_MIN_GROUPS: usize = 4;
 /// Columns whose rows [`touch_columns`] reads together.
 pub const TOUCHED_COLUMNS: usize = 4;
 
+/// Most columns that a kernel reading a short block of rows of every column (64 rows, 512 bytes
+/// each) may take from memory as it goes: up to this many, the hardware prefetchers kept up on a
+/// Zen 4, and a separate read first was a pass too many; above it, Gaussian naive Bayes' log
+/// joints read by groups of columns instead and full-covariance ones [`touch_columns`] first.
+pub const SHORT_RUN_MAX_COLUMNS: usize = 8;
+
 /// Reads one value per cache line of rows `..n` of columns `j .. j + TOUCHED_COLUMNS` of a
 /// column-major `x`, the columns side by side, so that the passes over them that follow find
 /// them in cache. Why: a pass reads one column run of a chunk (32 KB at 4096 rows), so a core

@@ -1071,7 +1071,7 @@ impl GenerativeClassifier for GaussianClassifier {
                 // `predict_proba` into a kept output at K = 2, d = 16 0.0160 -> 0.0126 s, d = 64
                 // 0.1146 -> 0.1102 s; at d = 4 and 8 the read was a pass too many (0.0037 ->
                 // 0.0040 s, 0.0061 -> 0.0065 s).
-                if d > 2 * density::moments::TOUCHED_COLUMNS {
+                if d > density::moments::SHORT_RUN_MAX_COLUMNS {
                     for j in (0..d).step_by(density::moments::TOUCHED_COLUMNS) {
                         density::moments::touch_columns(x, j, b);
                     }
@@ -1198,9 +1198,11 @@ impl pulp::WithSimd for DiagonalLogJoint<'_> {
         // registers. With more columns, `run` reads every column of a 64-row block, d streams
         // of 512 bytes, which the prefetchers did not keep up with: on a Zen 4, Gaussian naive
         // Bayes' log joints at d = 64, K = 10 took 32 ms per million rows from L3 and 55 ms
-        // from memory; by groups of columns, 40 ms (`predict_proba` 0.0649 -> 0.0461 s, d = 16,
-        // K = 10 0.0202 -> 0.0161 s). At d = 2 to 8 `run` stayed the faster.
-        if S::REGISTER_COUNT >= 32 && self.columns.len() <= 2 * DIAGONAL_GROUP {
+        // from memory; by groups of columns, 40 ms (`predict_proba` into a kept output 0.0634
+        // -> 0.0439 s; d = 16, K = 10 0.0201 -> 0.0191 s). At d = 2 to 8 `run` stayed the
+        // faster.
+        if S::REGISTER_COUNT >= 32 && self.columns.len() <= density::moments::SHORT_RUN_MAX_COLUMNS
+        {
             self.run::<S, 8>(simd);
         } else {
             self.run_by_groups(simd);
@@ -1218,9 +1220,9 @@ const DIAGONAL_GROUP: usize = 4;
 impl DiagonalLogJoint<'_> {
     /// For CPUs with 16 vector registers (AVX2), and for more than 8 columns on any: with 4
     /// vectors of 4 rows per block, `run` read 64 columns at d = 64 two cache lines at a time,
-    /// and the prediction drew its input at about 11 GB/s (with 8 vectors of 8 rows on AVX-512,
-    /// eight lines at a time, still short runs). Here a block of [`DIAGONAL_BLOCK_ROWS`] rows is read a few columns at a
-    /// time, each a contiguous run, and each class's running sums wait in its output column
+    /// and the prediction drew its input at about 11 GB/s (with 8 vectors of 8 rows on
+    /// AVX-512, eight lines at a time: still short runs). Here a block of
+    /// [`DIAGONAL_BLOCK_ROWS`] rows is read a few columns at a time, each a contiguous run, and each class's running sums wait in its output column
     /// between the groups, as in `linear_scores`. Every row still takes the same operations in
     /// the same order (the sums are stored and loaded exactly), so its bits are those of `run`
     /// and of the rows after the last whole vector, which take them one at a time.

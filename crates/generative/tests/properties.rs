@@ -189,8 +189,8 @@ fn log_joint_matches_direct_gaussian_formula() {
 #[test]
 fn each_rows_log_joint_is_the_same_bits_alone_in_a_block_and_in_any_layout() {
     // 1100 rows of 9 features: whole SIMD blocks and a remainder row by row, blocks of rows
-    // (512 in the diagonal kernel, above 8 columns or on AVX2) and the last one shorter, groups of columns (4) and
-    // single columns after them. A row alone is always in the remainder; a row-major input or
+    // (512 in the diagonal kernel, above 8 columns or on AVX2) and the last one shorter, groups
+    // of columns (4) and single columns after them. A row alone is always in the remainder; a row-major input or
     // output takes the copying paths. Not the tied
     // structure: its whitening is faer's triangular solve over the whole chunk, whose blocking
     // depends on the chunk's width, so a row's last bit may depend on its chunk (the chunks are
