@@ -751,7 +751,17 @@ fn column_totals<S: Simd, const A: usize>(
 const READ_AHEAD_MIN_GROUPS: usize = 4;
 
 /// Columns whose rows [`touch_columns`] reads together.
-pub const TOUCHED_COLUMNS: usize = 4;
+pub(crate) const TOUCHED_COLUMNS: usize = 4;
+
+/// Reads every column of a column-major `x`, [`TOUCHED_COLUMNS`] at a time side by side, one
+/// value per cache line (nothing for other layouts), so that a pass that then reads short runs
+/// of every column finds them in cache: full-covariance log joints (QDA, the mixture's E-step)
+/// of more than [`SHORT_RUN_MAX_COLUMNS`] columns, before their substitution.
+pub fn touch_chunk(x: MatRef<'_, f64>) {
+    for j in (0..x.ncols()).step_by(TOUCHED_COLUMNS) {
+        touch_columns(x, j, x.nrows());
+    }
+}
 
 /// Most columns that a kernel reading a short block of rows of every column (64 rows, 512 bytes
 /// each) may take from memory as it goes: up to this many, the hardware prefetchers kept up on a
@@ -770,10 +780,8 @@ pub const SHORT_RUN_MAX_COLUMNS: usize = 8;
 /// at K = 2 it then helps too (Gaussian NB fit at d = 64 0.0431 → 0.0352 s, multinomial 0.0269
 /// → 0.0249 s). Not before the squares' pass, which reads a chunk already in cache (0.0435 →
 /// 0.0497 s). With many groups, sums read only their first columns this way
-/// ([`READ_AHEAD_MIN_GROUPS`]). Full-covariance log joints (QDA, the mixture's E-step) touch a
-/// chunk of more than 8 columns before their substitution, which reads 64-row blocks of every
-/// column. The value read is discarded; `black_box` keeps the loads.
-pub fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
+/// ([`READ_AHEAD_MIN_GROUPS`]). The value read is discarded; `black_box` keeps the loads.
+pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
     let last = (j + TOUCHED_COLUMNS).min(x.ncols());
     let Some(columns) = crate::block::contiguous_columns(x, j..last) else {
         return;
