@@ -340,6 +340,7 @@ impl pulp::WithSimd for Pooled<'_> {
             w: ones,
             n: stride,
             mean: &[],
+            shifts: None,
         };
         if S::REGISTER_COUNT >= 32 {
             tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
@@ -412,6 +413,200 @@ impl RowBlock {
             scatter,
             scratch,
         });
+    }
+
+    /// Each class's weighted mean (class c at `means[c·d..(c + 1)·d]`, the bits of
+    /// [`RowBlock::weighted_mean_and_scatter`] with `weights[c]`; zeros when `totals[c]` is not
+    /// positive) and the pooled scatter Σ_c Σ_t w_ct (y_t − m_c)(y_t − m_c)ᵀ (d × d
+    /// column-major, both triangles), for `weights[c]` (one per row, ≥ 0) summing to `totals[c]`.
+    ///
+    /// Why: a shared covariance from soft responsibilities (LDA's EM) needs only the sum of the K
+    /// class scatters, and forming each one costs d(d + 1)/2 products per row and class. With
+    /// s_t = Σ_c w_ct and the row's own centre ȳ_t = Σ_c w_ct m_c / s_t, the sum is
+    ///
+    ///   Σ_t s_t (y_t − ȳ_t)(y_t − ȳ_t)ᵀ + Σ_{c<e} P_ce (m_c − m_e)(m_c − m_e)ᵀ,
+    ///   P_ce = Σ_t w_ct w_et / s_t,
+    ///
+    /// (the cross terms vanish because Σ_c w_ct (ȳ_t − m_c) = 0, and Σ_c w_ct (m_c − ȳ_t)(…)ᵀ
+    /// is the pairwise form of a weighted variance), one scatter instead of K. Both terms are
+    /// sums of positive semi-definite pieces, each centred before any product: no difference of
+    /// large sums, unlike Σ w y yᵀ − N m mᵀ (scikit-learn's tied `GaussianMixture`), so it keeps
+    /// the accuracy of the per-class two-pass form. Weights below [`NEGLIGIBLE_WEIGHT`] of their
+    /// class's total are read as zero, as by the per-class kernel. The block is not changed.
+    pub fn pooled_scatter(
+        &mut self,
+        weights: &[&[f64]],
+        totals: &[f64],
+        means: &mut [f64],
+        scatter: &mut [f64],
+        scratch: &mut Vec<f64>,
+    ) {
+        let (n, d, k) = (self.n, self.d, weights.len());
+        debug_assert_eq!(totals.len(), k);
+        debug_assert_eq!(means.len(), k * d);
+        debug_assert_eq!(scatter.len(), d * d);
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        let y = crate::block::aligned_prefix(&mut self.buf, cols * self.stride);
+        pulp::Arch::new().dispatch(PooledSoft {
+            y,
+            stride: self.stride,
+            n,
+            d,
+            weights,
+            totals,
+            means,
+            scatter,
+            scratch,
+        });
+    }
+}
+
+/// [`RowBlock::pooled_scatter`]'s kernel.
+struct PooledSoft<'a> {
+    y: &'a [f64],
+    stride: usize,
+    n: usize,
+    d: usize,
+    weights: &'a [&'a [f64]],
+    totals: &'a [f64],
+    means: &'a mut [f64],
+    scatter: &'a mut [f64],
+    scratch: &'a mut Vec<f64>,
+}
+
+impl pulp::WithSimd for PooledSoft<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let PooledSoft {
+            y,
+            stride,
+            n,
+            d,
+            weights,
+            totals,
+            means,
+            scatter,
+            scratch,
+        } = self;
+        let k = weights.len();
+        let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+        debug_assert!(rows <= stride);
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        // Scratch: each class's weights as the kernel reads them (then its shares w_ct / s_t),
+        // the row totals s_t, and 1 / s_t.
+        let buf = crate::block::aligned_prefix(scratch, (k + 2) * rows);
+        let (class_w, rest) = buf.split_at_mut(k * rows);
+        let (row_total, inverse) = rest.split_at_mut(rows);
+        class_w.fill(0.0);
+        for (c, (w, &total)) in weights.iter().zip(totals).enumerate() {
+            let dst = &mut class_w[c * rows..c * rows + n];
+            let mean = &mut means[c * d..(c + 1) * d];
+            if total > 0.0 {
+                copy_weights(dst, &w[..n], total);
+                // The class's mean: the sums of `weighted_scatter`, to the bit.
+                let (wv, _) = S::as_simd_f64s(&class_w[c * rows..(c + 1) * rows]);
+                for (j, m) in mean.iter_mut().enumerate() {
+                    let (yv, _) = S::as_simd_f64s(&y[j * stride..j * stride + rows]);
+                    *m = weighted_sum(simd, wv, yv) / total;
+                }
+            } else {
+                mean.fill(0.0);
+            }
+        }
+        row_total.fill(0.0);
+        for c in 0..k {
+            let w = &class_w[c * rows..(c + 1) * rows];
+            row_total.iter_mut().zip(w).for_each(|(s, w)| *s += w);
+        }
+        for (inv, &s) in inverse.iter_mut().zip(&*row_total) {
+            *inv = if s > 0.0 { 1.0 / s } else { 0.0 };
+        }
+        // Between the classes: P_ce = Σ_t w_ct w_et / s_t, each term ≥ 0; then Σ P_ce δ δᵀ,
+        // δ = m_c − m_e, into a d × d matrix added after the scatter.
+        let mut between = vec![0.0; d * d];
+        let mut scaled = vec![0.0; rows];
+        let mut delta = vec![0.0; d];
+        for c in 0..k {
+            if totals[c] <= 0.0 {
+                continue;
+            }
+            scaled
+                .iter_mut()
+                .zip(&class_w[c * rows..(c + 1) * rows])
+                .zip(&*inverse)
+                .for_each(|((a, w), inv)| *a = w * inv);
+            let (av, _) = S::as_simd_f64s(&scaled);
+            for e in (c + 1..k).filter(|&e| totals[e] > 0.0) {
+                let (wv, _) = S::as_simd_f64s(&class_w[e * rows..(e + 1) * rows]);
+                let p = weighted_sum(simd, av, wv);
+                if p <= 0.0 {
+                    continue;
+                }
+                delta
+                    .iter_mut()
+                    .zip(means[c * d..(c + 1) * d].iter().zip(&means[e * d..]))
+                    .for_each(|(dl, (a, b))| *dl = a - b);
+                for (col, &dj) in between.chunks_exact_mut(d).zip(&delta) {
+                    let s = p * dj;
+                    col.iter_mut().zip(&delta).for_each(|(v, di)| *v += s * di);
+                }
+            }
+        }
+        // Each row's share of each class, w_ct / s_t, in place of the class's weights.
+        for c in 0..k {
+            class_w[c * rows..(c + 1) * rows]
+                .iter_mut()
+                .zip(&*inverse)
+                .for_each(|(w, inv)| *w *= inv);
+        }
+        // The rows are centred at the classes' weighted grand mean g (the tiles' column means),
+        // and then at Σ_c share_ct (m_c − g): small differences of means, not the means
+        // themselves, so the row's centre adds no rounding of the size of g.
+        let grand_total: f64 = totals.iter().filter(|&&t| t > 0.0).sum();
+        let mut grand = vec![0.0; d];
+        if grand_total > 0.0 {
+            for (c, &t) in totals.iter().enumerate().filter(|(_, t)| **t > 0.0) {
+                let r = t / grand_total;
+                grand
+                    .iter_mut()
+                    .zip(&means[c * d..(c + 1) * d])
+                    .for_each(|(g, m)| *g += r * m);
+            }
+        }
+        let mut points = vec![0.0; k * d];
+        for c in (0..k).filter(|&c| totals[c] > 0.0) {
+            points[c * d..(c + 1) * d]
+                .iter_mut()
+                .zip(means[c * d..].iter().zip(&grand))
+                .for_each(|(p, (m, g))| *p = m - g);
+        }
+        let centre = Centre {
+            w: row_total,
+            n,
+            mean: &grand,
+            shifts: Some(RowShifts {
+                shares: class_w,
+                points: &points,
+                k,
+                d,
+            }),
+        };
+        if S::REGISTER_COUNT >= 32 {
+            tiles::<S, 4, false>(simd, y, stride, d, cols, centre, scatter);
+        } else {
+            tiles::<S, 2, false>(simd, y, stride, d, cols, centre, scatter);
+        }
+        // The lower triangle of the sum, mirrored: the rank-one updates above are not exactly
+        // symmetric (p·δ_j·δ_i is rounded as (p·δ_j)·δ_i).
+        for j in 0..d {
+            for i in j..d {
+                let v = scatter[j * d + i] + between[j * d + i];
+                scatter[j * d + i] = v;
+                scatter[i * d + j] = v;
+            }
+        }
     }
 }
 
@@ -690,7 +885,15 @@ fn centre_and_scatter<S: pulp::Simd>(
         let c = *m;
         col[..n].iter_mut().for_each(|v| *v -= c);
     }
-    let (y, centre) = (&*y, Centre { w, n, mean });
+    let (y, centre) = (
+        &*y,
+        Centre {
+            w,
+            n,
+            mean,
+            shifts: None,
+        },
+    );
     if S::REGISTER_COUNT >= 32 {
         tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
     } else {
@@ -723,7 +926,12 @@ fn weighted_scatter<S: pulp::Simd>(
         let (yv, _) = S::as_simd_f64s(&y[j * stride..j * stride + rows]);
         *m = weighted_sum(simd, wv, yv) / total;
     }
-    let centre = Centre { w, n, mean };
+    let centre = Centre {
+        w,
+        n,
+        mean,
+        shifts: None,
+    };
     if S::REGISTER_COUNT >= 32 {
         tiles::<S, 4, false>(simd, y, stride, d, cols, centre, scatter);
     } else {
@@ -732,12 +940,28 @@ fn weighted_scatter<S: pulp::Simd>(
 }
 
 /// What [`tiles`] needs to weight and centre a block's rows: the weights (one per row read,
-/// zero past `n`), the number of rows `n`, and the column means.
+/// zero past `n`), the number of rows `n`, the column means, and optionally a further shift of
+/// each row ([`RowShifts`]).
 #[derive(Clone, Copy)]
 struct Centre<'a> {
     w: &'a [f64],
     n: usize,
     mean: &'a [f64],
+    shifts: Option<RowShifts<'a>>,
+}
+
+/// A shift of each row by its own mix of K points: row t of column j is further centred by
+/// Σ_c `shares[c · rows + t]` · `points[c · d + j]` (after the column mean is taken off), the
+/// classes in order. [`RowBlock::pooled_scatter`] centres each row at its responsibility-weighted
+/// mix of the class means this way.
+#[derive(Clone, Copy)]
+struct RowShifts<'a> {
+    /// Class-major, `rows` (= `Centre::w.len()`) per class.
+    shares: &'a [f64],
+    /// Class-major, d per class.
+    points: &'a [f64],
+    k: usize,
+    d: usize,
 }
 
 /// Σ_t w_t y_t with four accumulator vectors (independent chains), reduced in a fixed order.
@@ -794,7 +1018,7 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     centre: Centre<'_>,
     out: &mut [f64],
 ) {
-    let Centre { w, n, mean } = centre;
+    let Centre { w, n, mean, shifts } = centre;
     let (lanes, rows) = (S::F64_LANES, w.len());
     let column = |j: usize| S::as_simd_f64s(&y[j * stride..j * stride + rows]).0;
     let zero = simd.splat_f64s(0.0);
@@ -839,6 +1063,22 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
                 let c = &mut centred[j * pass_rows..j * pass_rows + (r1 - r0)];
                 for (c, v) in c[..valid].iter_mut().zip(src) {
                     *c = v - m;
+                }
+                if let Some(RowShifts {
+                    shares,
+                    points,
+                    k,
+                    d,
+                }) = shifts
+                    && j < d
+                {
+                    for class in 0..k {
+                        let p = points[class * d + j];
+                        let share = &shares[class * rows + r0..class * rows + r0 + valid];
+                        for (c, s) in c[..valid].iter_mut().zip(share) {
+                            *c -= s * p;
+                        }
+                    }
                 }
                 c[valid..].fill(0.0);
                 let wc = &mut weighted[j * pass_rows..j * pass_rows + (r1 - r0)];
@@ -1100,6 +1340,89 @@ mod tests {
                     (got - r).abs() <= 1e-9 * (1.0 + r.abs()),
                     "({j},{k}) {got} vs {r}"
                 );
+            }
+        }
+    }
+
+    /// The pooled scatter of soft classes equals the sum of the classes' own two-pass scatters
+    /// (the textbook formula, row by row), and each class's mean is the bits of the per-class
+    /// kernel's, for every width (tile padding included), row count (partial passes and
+    /// vectors), class count, and weights that are soft, nearly hard, one-hot, zero for some
+    /// rows and for a whole class, and scaled by λ on some rows. The data sit at 1e6 with
+    /// classes 1e3 standard deviations apart: the difference-of-sums form would keep no digit
+    /// of the within-class part there.
+    #[test]
+    fn soft_pooled_scatter_is_the_sum_of_the_class_scatters() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let mut block = RowBlock::new();
+        let mut scratch = Vec::new();
+        for d in [1usize, 2, 3, 5, 9, 16, 17] {
+            for n in [1usize, 7, 9, 130, 301] {
+                for k in [1usize, 2, 3, 10] {
+                    let mut g = || -> f64 { StandardNormal.sample(&mut rng) };
+                    let class_of = |t: usize| (t * 7 + t / 3) % k;
+                    let x = Mat::from_fn(n, d, |t, j| {
+                        1e6 + 1e3 * (class_of(t) * (j + 1)) as f64 + g()
+                    });
+                    // Row t's responsibilities: by pattern soft, nearly hard, one-hot or zero;
+                    // every third row scaled by λ = 0.3. The last class is empty when k > 2.
+                    let mut w = vec![vec![0.0; n]; k];
+                    for t in 0..n {
+                        let used = if k > 2 { k - 1 } else { k };
+                        let raw: Vec<f64> = (0..used)
+                            .map(|c| match t % 4 {
+                                0 => g().abs() + 0.05,
+                                1 if c == class_of(t) % used => 1.0,
+                                1 => 1e-9,
+                                2 if c == class_of(t) % used => 1.0,
+                                _ => 0.0,
+                            })
+                            .collect();
+                        let sum: f64 = raw.iter().sum();
+                        let scale = if t % 3 == 0 { 0.3 } else { 1.0 };
+                        for (c, r) in raw.iter().enumerate() {
+                            if sum > 0.0 {
+                                w[c][t] = scale * r / sum;
+                            }
+                        }
+                    }
+                    let refs: Vec<&[f64]> = w.iter().map(Vec::as_slice).collect();
+                    let totals: Vec<f64> = w.iter().map(|w| w.iter().sum()).collect();
+                    let mut want = vec![0.0; d * d];
+                    let mut want_means = vec![0.0; k * d];
+                    block.load(x.as_ref());
+                    for c in (0..k).filter(|&c| totals[c] > 0.0) {
+                        let (_, s) = reference(x.as_ref(), refs[c]);
+                        want.iter_mut().zip(&s).for_each(|(a, b)| *a += b);
+                        let (mut m, mut unused) = (vec![0.0; d], vec![0.0; d * d]);
+                        block.weighted_mean_and_scatter(
+                            refs[c],
+                            totals[c],
+                            &mut m,
+                            &mut unused,
+                            &mut scratch,
+                        );
+                        want_means[c * d..(c + 1) * d].copy_from_slice(&m);
+                    }
+                    let (mut means, mut got) = (vec![f64::NAN; k * d], vec![f64::NAN; d * d]);
+                    block.pooled_scatter(&refs, &totals, &mut means, &mut got, &mut scratch);
+                    assert_eq!(means, want_means, "d = {d}, n = {n}, k = {k}: means");
+                    for j in 0..d {
+                        for i in 0..d {
+                            let (a, b) = (got[i * d + j], want[i * d + j]);
+                            // Relative to the entry's scale, plus the squares of the
+                            // deviations' own roundings (about 1e-10 at 1e6) where the
+                            // scatter is zero, as for a single row.
+                            let size = (want[j * d + j] * want[i * d + i]).sqrt();
+                            let rounding = 1e-18 * totals.iter().sum::<f64>();
+                            assert!(
+                                (a - b).abs() <= 1e-9 * size + rounding,
+                                "d = {d}, n = {n}, k = {k}, ({j}, {i}): {a} vs {b}"
+                            );
+                            assert_eq!(a.to_bits(), got[j * d + i].to_bits(), "symmetric");
+                        }
+                    }
+                }
             }
         }
     }

@@ -568,6 +568,28 @@ impl WeightedFit for Checked<GaussianParams> {
                             .enumerate()
                             .map(|(c, copy)| column(chunk.resp, c, copy))
                             .collect();
+                        // A shared full covariance needs only the pooled scatter: one scatter of
+                        // the rows about their own mixes of the class means, not K
+                        // (`RowBlock::pooled_scatter`).
+                        if pooled && kind == ScatterKind::Full {
+                            let totals: Vec<f64> =
+                                weights.iter().map(|w| density::numerics::sum(w)).collect();
+                            let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+                            row_block.load(chunk.x);
+                            row_block.pooled_scatter(
+                                &weights,
+                                &totals,
+                                &mut means,
+                                &mut within,
+                                buffer,
+                            );
+                            let weights = totals.iter().map(|&t| t.max(0.0)).collect();
+                            return Ok(ChunkStats::Pooled(PooledStats {
+                                weights,
+                                means,
+                                within,
+                            }));
+                        }
                         out = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
                         SufficientStats::accumulate_rows_each(
                             &mut out, chunk.x, &weights, row_block, buffer,

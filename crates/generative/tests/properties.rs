@@ -161,6 +161,72 @@ fn gaussian_covariances_are_the_sample_ones_over_many_chunks() {
     }
 }
 
+/// LDA's shared covariance from soft responsibilities (its EM M-step, one scatter of the rows
+/// about their own mixes of the class means) is the weighted average of the covariances that
+/// the full structure fits class by class from the same responsibilities (one scatter per
+/// class), over many chunks, with rows of weight λ = 0.25 among rows of weight one, some rows
+/// nearly hard and some one-hot, and a large common offset; the same bits on 1 and 2 threads.
+#[test]
+fn tied_fit_from_soft_responsibilities_pools_the_full_fits_covariances() {
+    let (n, d) = (30_000, 6);
+    for k in [2usize, 5] {
+        let (x0, y) = gaussian_data(n, d, k, 40 + k as u64);
+        let x = Mat::from_fn(n, d, |i, j| 1e4 + x0[(i, j)]);
+        let resp = Mat::from_fn(n, k, |i, c| {
+            let jitter = ((i * 31 + c * 17) % 13) as f64 / 13.0;
+            let row: Vec<f64> = (0..k)
+                .map(|e| {
+                    let own = e == y[i];
+                    match i % 5 {
+                        0 if own => 1.0,
+                        0 => 0.0,
+                        1 if own => 1.0,
+                        1 => 1e-12,
+                        _ if own => 1.0 + jitter,
+                        _ => 0.2 + ((i * 7 + e * 3) % 11) as f64 / 11.0,
+                    }
+                })
+                .collect();
+            let scale = if i % 4 == 0 { 0.25 } else { 1.0 };
+            scale * row[c] / row.iter().sum::<f64>()
+        });
+        let fit = |structure, threads| {
+            on_threads(threads, || {
+                GaussianParams::with_structure(structure)
+                    .check()
+                    .unwrap()
+                    .fit_weighted(x.as_ref(), resp.as_ref())
+                    .unwrap()
+            })
+        };
+        let tied = fit(CovarianceStructure::Tied, 1);
+        assert_eq!(
+            tied,
+            fit(CovarianceStructure::Tied, 2),
+            "K={k}: 1 and 2 threads"
+        );
+        let full = fit(CovarianceStructure::Full, 1);
+        let weights = full.class_weights();
+        let total: f64 = weights.iter().sum();
+        let mut want = Mat::<f64>::zeros(d, d);
+        for c in 0..k {
+            want += full.covariance(c) * faer::Scale(weights[c] / total);
+            for j in 0..d {
+                let (a, b) = (tied.means()[(c, j)], full.means()[(c, j)]);
+                assert!((a - b).abs() <= 1e-12 * b.abs(), "K={k} mean ({c}, {j})");
+            }
+        }
+        let got = tied.covariance(0);
+        for a in 0..d {
+            for b in 0..d {
+                let (g, w) = (got[(a, b)], want[(a, b)]);
+                let tol = 1e-11 * (want[(a, a)] * want[(b, b)]).sqrt();
+                assert!((g - w).abs() < tol, "K={k} ({a}, {b}): {g} vs {w}");
+            }
+        }
+    }
+}
+
 #[test]
 fn log_joint_matches_direct_gaussian_formula() {
     let (x, y) = gaussian_data(300, 3, 3, 1);
