@@ -256,18 +256,13 @@ fn log_joint_matches_direct_gaussian_formula() {
 fn each_rows_log_joint_is_the_same_bits_alone_in_a_block_and_in_any_layout() {
     // 1100 rows of 9 features: whole SIMD blocks and a remainder row by row, blocks of rows
     // (512 in the diagonal kernel, above 8 columns or on AVX2) and the last one shorter, groups
-    // of columns (4) and single columns after them. A row alone is always in the remainder; a row-major input or
-    // output takes the copying paths. Not the tied
-    // structure: its whitening is faer's triangular solve over the whole chunk, whose blocking
-    // depends on the chunk's width, so a row's last bit may depend on its chunk (the chunks are
-    // fixed, so it still does not depend on the thread count).
+    // of columns (4) and single columns after them. A row alone is always in the remainder; a
+    // row-major input or output takes the copying paths. The tied structure too: each row is
+    // whitened by its own substitution, then scored by the diagonal kernel.
     let (n, d) = (1100, 9);
     let (x, y) = gaussian_data(n, d, 3, 9);
     let x_rows = x.transpose().to_owned();
-    let row_wise = structures()
-        .into_iter()
-        .filter(|s| *s != CovarianceStructure::Tied);
-    for s in row_wise {
+    for s in structures() {
         let m = GaussianParams::with_structure(s)
             .check()
             .unwrap()
@@ -297,7 +292,7 @@ fn each_rows_log_joint_is_the_same_bits_alone_in_a_block_and_in_any_layout() {
 /// LDA's posteriors (its linear scores, then the normalisation) give each row the same bits
 /// alone, inside a chunk and across a chunk's edge, for numbers of classes the streamed scores
 /// take (2 to 10). Not above 10, where the scores are faer's product, whose order of summation
-/// for one row we do not control; not the joint, for the reason given above.
+/// for one row we do not control.
 #[test]
 fn each_rows_lda_posteriors_are_the_same_bits_alone_and_in_the_whole() {
     let n = parallel::CHUNK_ROWS + 300;
