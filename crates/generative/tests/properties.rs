@@ -166,10 +166,11 @@ fn gaussian_covariances_are_the_sample_ones_over_many_chunks() {
 /// the full structure fits class by class from the same responsibilities (one scatter per
 /// class), over many chunks, with rows of weight λ = 0.25 among rows of weight one, some rows
 /// nearly hard and some one-hot, and a large common offset; the same bits on 1 and 2 threads.
+/// d = 2, K = 10 takes the other form, the class scatters summed (`pooled_soft_scatter_pays`).
 #[test]
 fn tied_fit_from_soft_responsibilities_pools_the_full_fits_covariances() {
-    let (n, d) = (30_000, 6);
-    for k in [2usize, 5] {
+    let n = 30_000;
+    for (d, k) in [(6usize, 2usize), (6, 5), (2, 10)] {
         let (x0, y) = gaussian_data(n, d, k, 40 + k as u64);
         let x = Mat::from_fn(n, d, |i, j| 1e4 + x0[(i, j)]);
         let resp = Mat::from_fn(n, k, |i, c| {
