@@ -29,7 +29,7 @@ pub fn squared_mahalanobis(
     out: &mut [f64],
 ) {
     // 1 · q + 0 is q exactly, so this is the plain distance.
-    run_kernel(x, mean, chol_lower, 1.0, 0.0, out);
+    run_kernel(x, mean, chol_lower, 1.0, 0.0, out, None);
 }
 
 /// `out[i] = log_norm − ½‖L⁻¹(x_i − μ)‖²`: the log-density of N(μ, LLᵀ) when `log_norm` is
@@ -44,7 +44,7 @@ pub fn gaussian_log_density(
     log_norm: f64,
     out: &mut [f64],
 ) {
-    run_kernel(x, mean, chol_lower, -0.5, log_norm, out);
+    run_kernel(x, mean, chol_lower, -0.5, log_norm, out, None);
 }
 
 /// The whitened rows w_i = L⁻¹(x_i − μ) of `x` (n × d, any layout), into `out` as n × d
@@ -55,23 +55,12 @@ pub fn gaussian_log_density(
 pub fn whiten_rows(x: MatRef<'_, f64>, mean: &[f64], chol_lower: MatRef<'_, f64>, out: &mut [f64]) {
     debug_assert_eq!(out.len(), x.nrows() * x.ncols());
     let mut norms = vec![0.0; x.nrows()];
-    run_kernel_into(x, mean, chol_lower, 1.0, 0.0, &mut norms, Some(out));
+    run_kernel(x, mean, chol_lower, 1.0, 0.0, &mut norms, Some(out));
 }
 
-/// `out[i] = scale · ‖L⁻¹(x_i − μ)‖² + offset`, one fused multiply-add per row.
+/// `out[i] = scale · ‖L⁻¹(x_i − μ)‖² + offset`, one fused multiply-add per row; with
+/// `whitened`, the whitened rows too (see [`whiten_rows`]).
 fn run_kernel(
-    x: MatRef<'_, f64>,
-    mean: &[f64],
-    chol_lower: MatRef<'_, f64>,
-    scale: f64,
-    offset: f64,
-    out: &mut [f64],
-) {
-    run_kernel_into(x, mean, chol_lower, scale, offset, out, None);
-}
-
-/// [`run_kernel`], and with `whitened`, the whitened rows too (see [`whiten_rows`]).
-fn run_kernel_into(
     x: MatRef<'_, f64>,
     mean: &[f64],
     chol_lower: MatRef<'_, f64>,
