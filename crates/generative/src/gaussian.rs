@@ -944,6 +944,37 @@ impl GaussianClassifier {
         })
     }
 
+    /// A tied model's centre μ̄, the mean of the class means, and the class means whitened
+    /// about it, m_k = L⁻¹(μ_k − μ̄) (K × d, row-major): centring at μ̄ leaves only the
+    /// differences between classes to whiten, however far the data sit from the origin.
+    fn tied_centre_and_whitened_means(&self) -> (Vec<f64>, Vec<f64>) {
+        let (d, k) = (self.n_features, self.n_classes);
+        let l = MatRef::from_column_major_slice(&self.factors, d, d);
+        let centre: Vec<f64> = (0..d)
+            .map(|j| (0..k).map(|c| self.means[c * d + j]).sum::<f64>() / k as f64)
+            .collect();
+        let mut by_columns = vec![0.0; k * d];
+        density::mahalanobis::whiten_rows(
+            MatRef::from_row_major_slice(&self.means, k, d),
+            &centre,
+            l,
+            &mut by_columns,
+        );
+        // `whiten_rows` writes K × d column by column; the kernels read class by class.
+        let whitened = (0..k * d)
+            .map(|cj| by_columns[(cj % d) * k + cj / d])
+            .collect();
+        (centre, whitened)
+    }
+
+    /// ln N(x; μ_k, Σ) + ln π_k without its quadratic term in x, for each class k.
+    fn log_norms(&self) -> Vec<f64> {
+        let d = self.n_features;
+        (0..self.n_classes)
+            .map(|c| -0.5 * (d as f64 * LN_2PI + self.log_det(c)) + self.log_priors[c])
+            .collect()
+    }
+
     fn log_det(&self, k: usize) -> f64 {
         let d = self.n_features;
         match self.structure {
@@ -1091,11 +1122,92 @@ impl GenerativeClassifier for GaussianClassifier {
         }
     }
 
+    fn splits_shared_term(&self) -> bool {
+        self.structure == CovarianceStructure::Tied
+    }
+
+    fn joint_less_shared_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        // Shared covariance: with z = L⁻¹(x − μ̄) and m_k as in the log joint below,
+        // ln p(x, k) = log_norm_k − ½‖z − m_k‖² = s_k(x) + h(x), where h(x) = −½‖z‖² is the
+        // same for every class and s_k(x) = log_norm_k − ½‖m_k‖² + (x − μ̄)ᵀ w_k with
+        // w_k = L⁻ᵀ m_k = Σ⁻¹(μ_k − μ̄): linear scores of the centred rows, K·d multiply-adds per
+        // row against the whitening's d(d + 1)/2 (EM's E-step at d = 64, K = 10).
+        if self.structure != CovarianceStructure::Tied {
+            return self.log_joint_chunk(x, out);
+        }
+        let (d, k) = (self.n_features, self.n_classes);
+        let l = MatRef::from_column_major_slice(&self.factors, d, d);
+        let (centre, whitened) = self.tied_centre_and_whitened_means();
+        let mut w = Mat::from_fn(d, k, |j, c| whitened[c * d + j]);
+        solve_upper_triangular_in_place(l.transpose(), w.as_mut(), Par::Seq);
+        let intercepts: Vec<f64> = self
+            .log_norms()
+            .iter()
+            .enumerate()
+            .map(|(c, n)| {
+                n - 0.5
+                    * density::numerics::dot(
+                        &whitened[c * d..(c + 1) * d],
+                        &whitened[c * d..(c + 1) * d],
+                    )
+            })
+            .collect();
+        let weights: Vec<f64> = (0..k * d).map(|cj| w[(cj % d, cj / d)]).collect();
+        if linear_scores::centred_linear_scores(x, &centre, &weights, &intercepts, out.as_mut()) {
+            return;
+        }
+        // More classes than the streamed kernel takes, or rows not in columns: faer's product of
+        // a centred copy.
+        let centred = Mat::from_fn(x.nrows(), d, |i, j| x[(i, j)] - centre[j]);
+        matmul(
+            out.as_mut(),
+            Accum::Replace,
+            centred.as_ref(),
+            w.as_ref(),
+            1.0,
+            Par::Seq,
+        );
+        for (c, b) in intercepts.iter().enumerate() {
+            out.as_mut().col_mut(c).iter_mut().for_each(|v| *v += b);
+        }
+    }
+
+    fn shared_term_sum(&self, moments: &SufficientStats) -> Result<f64> {
+        // Σ_i −½‖L⁻¹(x_i − μ̄)‖² = −½ [tr(L⁻¹ S L⁻ᵀ) + n ‖L⁻¹(x̄ − μ̄)‖²] for rows of count n,
+        // mean x̄ and centred scatter S: both terms sums of squares, no difference of large
+        // sums however far the rows sit from μ̄.
+        if self.structure != CovarianceStructure::Tied {
+            return Ok(0.0);
+        }
+        let d = self.n_features;
+        if moments.n_features() != d || moments.kind() != ScatterKind::Full {
+            return Err(GenerativeError::DimensionMismatch {
+                what: "features of the row moments vs model features (a full scatter)",
+                expected: d,
+                got: moments.n_features(),
+            });
+        }
+        let n = moments.weight();
+        if n <= 0.0 {
+            return Ok(0.0);
+        }
+        let l = MatRef::from_column_major_slice(&self.factors, d, d);
+        let (centre, _) = self.tied_centre_and_whitened_means();
+        let mut offset = Mat::from_fn(d, 1, |j, _| moments.mean()[j] - centre[j]);
+        solve_lower_triangular_in_place(l, offset.as_mut(), Par::Seq);
+        // L⁻¹ S, then L⁻¹ (L⁻¹ S)ᵀ = L⁻¹ S L⁻ᵀ (S symmetric).
+        let mut half = MatRef::from_column_major_slice(moments.scatter(), d, d).to_owned();
+        solve_lower_triangular_in_place(l, half.as_mut(), Par::Seq);
+        let mut whole = half.transpose().to_owned();
+        solve_lower_triangular_in_place(l, whole.as_mut(), Par::Seq);
+        let trace: f64 = (0..d).map(|j| whole[(j, j)]).sum();
+        let shift: f64 = (0..d).map(|j| offset[(j, 0)] * offset[(j, 0)]).sum();
+        Ok(-0.5 * (trace + n * shift))
+    }
+
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k, b) = (self.n_features, self.n_classes, x.nrows());
-        let log_norm: Vec<f64> = (0..k)
-            .map(|c| -0.5 * (d as f64 * LN_2PI + self.log_det(c)) + self.log_priors[c])
-            .collect();
+        let log_norm = self.log_norms();
         match self.structure {
             CovarianceStructure::Full => {
                 // log_norm_c − ½‖L_c⁻¹(x − μ_c)‖² by forward substitution, read straight from
@@ -1132,20 +1244,7 @@ impl GenerativeClassifier for GaussianClassifier {
                     return;
                 }
                 let l = MatRef::from_column_major_slice(&self.factors, d, d);
-                let centre: Vec<f64> = (0..d)
-                    .map(|j| (0..k).map(|c| self.means[c * d + j]).sum::<f64>() / k as f64)
-                    .collect();
-                let mut centred_means = vec![0.0; k * d];
-                density::mahalanobis::whiten_rows(
-                    MatRef::from_row_major_slice(&self.means, k, d),
-                    &centre,
-                    l,
-                    &mut centred_means,
-                );
-                // `whiten_rows` writes K × d column by column; the kernel reads class by class.
-                let whitened_means: Vec<f64> = (0..k * d)
-                    .map(|cj| centred_means[(cj % d) * k + cj / d])
-                    .collect();
+                let (centre, whitened_means) = self.tied_centre_and_whitened_means();
                 // Every value is written by the whitening, so the buffer is only zeroed as it
                 // grows.
                 let mut z = WHITENED.take();

@@ -48,6 +48,9 @@ const AS_IS: u8 = 0;
 const COUNTS: u8 = 1;
 const ABOVE: u8 = 2;
 const BINARY: u8 = 3;
+/// As they are, less a centre per column (tied EM's scores; not a [`Features`] value, since
+/// the centre is a slice).
+const CENTRED: u8 = 4;
 
 impl Features {
     fn mode(self) -> u8 {
@@ -100,6 +103,33 @@ pub(crate) fn linear_scores(
     weights: &[f64],
     intercepts: &[f64],
     features: Features,
+    out: MatMut<'_, f64>,
+) -> bool {
+    scores_body(x, None, weights, intercepts, features, out)
+}
+
+/// As [`linear_scores`] with `Features::AsIs`, of the rows less `centre` (d):
+/// `out[i, c] = b_c + Σ_j (x[i, j] − centre_j) w[c, j]`, each row the same chain of fused
+/// multiply-adds on the centred values. Centring in the read costs a subtraction per value
+/// of a pass that waits on memory, and keeps the products small where the rows sit far from
+/// the origin (a shared covariance's scores at the mean of the class means).
+pub(crate) fn centred_linear_scores(
+    x: MatRef<'_, f64>,
+    centre: &[f64],
+    weights: &[f64],
+    intercepts: &[f64],
+    out: MatMut<'_, f64>,
+) -> bool {
+    centre.len() == x.ncols()
+        && scores_body(x, Some(centre), weights, intercepts, Features::AsIs, out)
+}
+
+fn scores_body(
+    x: MatRef<'_, f64>,
+    centre: Option<&[f64]>,
+    weights: &[f64],
+    intercepts: &[f64],
+    features: Features,
     mut out: MatMut<'_, f64>,
 ) -> bool {
     let (n, d, k) = (x.nrows(), x.ncols(), intercepts.len());
@@ -123,9 +153,11 @@ pub(crate) fn linear_scores(
         weights,
         intercepts,
         threshold: features.threshold(),
+        centre: centre.unwrap_or(&[]),
         scores,
     };
     let all_accepted = match features.mode() {
+        _ if centre.is_some() => dispatch::<CENTRED>(k, kernel),
         COUNTS => dispatch::<COUNTS>(k, kernel),
         ABOVE => dispatch::<ABOVE>(k, kernel),
         BINARY => dispatch::<BINARY>(k, kernel),
@@ -175,6 +207,8 @@ struct Kernel<'a> {
     weights: &'a [f64],
     intercepts: &'a [f64],
     threshold: f64,
+    /// The centre of `CENTRED` (d values), empty otherwise.
+    centre: &'a [f64],
     scores: Vec<&'a mut [f64]>,
 }
 
@@ -190,6 +224,7 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
             weights,
             intercepts,
             threshold,
+            centre,
             scores,
         } = self.0;
         // The class columns as an array once, so that each block slices them without allocating.
@@ -212,11 +247,16 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
                 let w: [[f64; GROUP]; K] = std::array::from_fn(|c| {
                     std::array::from_fn(|q| weights[c * d + (j + q).min(d - 1)])
                 });
-                let t = threshold;
+                let at = Read {
+                    threshold,
+                    centre: std::array::from_fn(|q| {
+                        centre.get((j + q).min(d - 1)).copied().unwrap_or(0.0)
+                    }),
+                };
                 all_accepted &= if j == 0 {
-                    group_of::<S, K, true, MODE>(simd, width, &x, &w, &b, t, &mut s)
+                    group_of::<S, K, true, MODE>(simd, width, &x, &w, &b, &at, &mut s)
                 } else {
-                    group_of::<S, K, false, MODE>(simd, width, &x, &w, &b, t, &mut s)
+                    group_of::<S, K, false, MODE>(simd, width, &x, &w, &b, &at, &mut s)
                 };
                 j += width;
             }
@@ -233,15 +273,22 @@ fn group_of<S: pulp::Simd, const K: usize, const FIRST: bool, const MODE: u8>(
     x: &[&[f64]; GROUP],
     w: &[[f64; GROUP]; K],
     b: &[f64; K],
-    threshold: f64,
+    at: &Read,
     s: &mut [&mut [f64]; K],
 ) -> bool {
     match width {
-        GROUP => group::<S, K, GROUP, FIRST, MODE>(simd, x, w, b, threshold, s),
-        3 => group::<S, K, 3, FIRST, MODE>(simd, x, w, b, threshold, s),
-        2 => group::<S, K, 2, FIRST, MODE>(simd, x, w, b, threshold, s),
-        _ => group::<S, K, 1, FIRST, MODE>(simd, x, w, b, threshold, s),
+        GROUP => group::<S, K, GROUP, FIRST, MODE>(simd, x, w, b, at, s),
+        3 => group::<S, K, 3, FIRST, MODE>(simd, x, w, b, at, s),
+        2 => group::<S, K, 2, FIRST, MODE>(simd, x, w, b, at, s),
+        _ => group::<S, K, 1, FIRST, MODE>(simd, x, w, b, at, s),
     }
+}
+
+/// What a group's read needs besides the mode: `Above`'s threshold, `CENTRED`'s centre of the
+/// group's columns.
+struct Read {
+    threshold: f64,
+    centre: [f64; GROUP],
 }
 
 /// One group of `W` columns (the first `W` of `x` and of each class's `w`) added into every
@@ -253,9 +300,11 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
     x: &[&[f64]; GROUP],
     w: &[[f64; GROUP]; K],
     b: &[f64; K],
-    threshold: f64,
+    at: &Read,
     s: &mut [&mut [f64]; K],
 ) -> bool {
+    let threshold = at.threshold;
+    let cv: [S::f64s; W] = std::array::from_fn(|q| simd.splat_f64s(at.centre[q]));
     let xv: [&[S::f64s]; W] = std::array::from_fn(|q| S::as_simd_f64s(x[q]).0);
     let wv: [[S::f64s; W]; K] =
         std::array::from_fn(|c| std::array::from_fn(|q| simd.splat_f64s(w[c][q])));
@@ -285,7 +334,7 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
         let mut xs = [zero; W];
         for q in 0..W {
             let raw = xv[q][v];
-            if MODE != AS_IS {
+            if MODE != AS_IS && MODE != CENTRED {
                 let ok = match MODE {
                     COUNTS => simd.and_m64s(
                         simd.greater_than_or_equal_f64s(raw, zero),
@@ -298,6 +347,8 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
             }
             xs[q] = if MODE == ABOVE {
                 simd.select_f64s(simd.greater_than_f64s(raw, t), one, zero)
+            } else if MODE == CENTRED {
+                simd.sub_f64s(raw, cv[q])
             } else {
                 raw
             };
@@ -310,7 +361,8 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
             sv[c][v] = acc;
         }
     }
-    let mut all_accepted = MODE == AS_IS || simd.reduce_min_f64s(accepted) == 1.0;
+    let mut all_accepted =
+        MODE == AS_IS || MODE == CENTRED || simd.reduce_min_f64s(accepted) == 1.0;
     // The rows after the last whole vector, with the same operations one at a time.
     let tail = vectors * S::F64_LANES;
     for c in 0..K {
@@ -321,7 +373,12 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
                 if c == 0 {
                     all_accepted &= accepts_scalar(MODE, raw);
                 }
-                acc = read_scalar(MODE, threshold, raw).mul_add(w[c][q], acc);
+                let v = if MODE == CENTRED {
+                    raw - at.centre[q]
+                } else {
+                    read_scalar(MODE, threshold, raw)
+                };
+                acc = v.mul_add(w[c][q], acc);
             }
             *out = acc;
         }
@@ -400,6 +457,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The centred kernel: every row is the chain of its centred values, `x − c` rounded once
+    /// per value, in the vector part and the tail alike; a non-finite value gives non-finite
+    /// scores (what `scores_reveal_bad_input` relies on); a centre of the wrong length is refused.
+    #[test]
+    fn centred_rows_are_the_fma_chain_of_the_centred_values() {
+        for (n, d) in [(1, 1), (9, 3), (2049, 4), (300, 17), (2100, 64)] {
+            for k in [2, 3, 7, MAX_STREAMED_CLASSES] {
+                let (raw, w, b) = problem(n, d, k);
+                // Far from the origin, as the rows EM scores may be.
+                let x = Mat::from_fn(n, d, |i, j| raw[(i, j)] + 1e4 * (j as f64 + 1.0));
+                let centre: Vec<f64> = (0..d).map(|j| 1e4 * (j as f64 + 1.0) + 0.25).collect();
+                let mut out = Mat::<f64>::from_fn(n, k, |_, _| f64::NAN);
+                assert!(centred_linear_scores(
+                    x.as_ref(),
+                    &centre,
+                    &w,
+                    &b,
+                    out.as_mut()
+                ));
+                let centred = Mat::from_fn(n, d, |i, j| x[(i, j)] - centre[j]);
+                for i in 0..n {
+                    for c in 0..k {
+                        let want = fma_chain(&centred, &w, &b, i, c);
+                        assert_eq!(
+                            out[(i, c)].to_bits(),
+                            want.to_bits(),
+                            "n {n} d {d} k {k} ({i}, {c})"
+                        );
+                    }
+                }
+            }
+        }
+        let (n, d, k) = (2100, 6, 3);
+        let (x, w, b) = problem(n, d, k);
+        let centre = vec![0.5; d];
+        for (row, col, v) in [
+            (5, 0, f64::NAN),
+            (2099, 5, f64::INFINITY),
+            (2048, 2, f64::NEG_INFINITY),
+        ] {
+            let mut xb = x.clone();
+            xb[(row, col)] = v;
+            let mut out = Mat::<f64>::zeros(n, k);
+            assert!(centred_linear_scores(
+                xb.as_ref(),
+                &centre,
+                &w,
+                &b,
+                out.as_mut()
+            ));
+            assert!(
+                (0..k).all(|c| !out[(row, c)].is_finite()),
+                "{v} at ({row}, {col})"
+            );
+            assert!((0..k).all(|c| out[(row + 1 - 2 * (row % 2), c)].is_finite()));
+        }
+        let mut out = Mat::<f64>::zeros(n, k);
+        assert!(!centred_linear_scores(
+            x.as_ref(),
+            &centre[1..],
+            &w,
+            &b,
+            out.as_mut()
+        ));
     }
 
     /// Each checked mode: the rows it accepts are the chain of its read values (binarised for
@@ -483,6 +606,7 @@ mod tests {
                 weights: &w,
                 intercepts: &b,
                 threshold: features.threshold(),
+                centre: &[],
                 scores: Vec::new(),
             };
             let mut out = Mat::<f64>::zeros(2100, 3);

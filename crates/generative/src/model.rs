@@ -13,10 +13,12 @@ use faer::{Mat, MatMut, MatRef};
 
 use crate::parallel::{
     CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed,
+    run_indexed_with,
 };
 use crate::{GenerativeError, Result};
 use density::exp::{exp_nonpositive_in_place, exp_shifted_accumulate};
 use density::numerics::{log_normalize_in_place, log_sum_exp};
+use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 /// Class priors: estimated as the classes' shares of the total weight, or fixed by the user.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
@@ -166,6 +168,24 @@ pub fn one_hot(labels: &[usize], n_classes: usize) -> Result<Mat<f64>> {
     Ok(r)
 }
 
+/// The count, mean and centred scatter of the rows of `x` (each of weight one), in parallel over
+/// fixed chunks merged in order (the same bits on any number of threads): what
+/// [`GenerativeClassifier::shared_term_sum`] reads. The rows are not checked.
+pub fn row_moments(x: MatRef<'_, f64>) -> SufficientStats {
+    let (n, d) = (x.nrows(), x.ncols());
+    let starts: Vec<usize> = (0..n).step_by(CHUNK_ROWS).collect();
+    let parts = run_indexed_with(starts, Vec::new, |buffer, _, r0| {
+        let mut part = SufficientStats::new(d, ScatterKind::Full);
+        part.accumulate_unweighted(x.subrows(r0, CHUNK_ROWS.min(n - r0)), buffer);
+        part
+    });
+    let mut total = SufficientStats::new(d, ScatterKind::Full);
+    for part in &parts {
+        total.merge(part);
+    }
+    total
+}
+
 /// A fitted generative classifier.
 pub trait GenerativeClassifier: Send + Sync {
     /// Number of classes K.
@@ -205,6 +225,33 @@ pub trait GenerativeClassifier: Send + Sync {
     /// (one matrix product, no quadratic term).
     fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) {
         self.log_joint_chunk(x, out);
+    }
+
+    /// Whether the log joints split as ln p(x, k) = s_k(x) + h(x), with a per-row term h shared
+    /// by every class that costs more than the rest and whose sum over a fixed set of rows
+    /// follows from the rows' count, mean and centred scatter
+    /// ([`shared_term_sum`](Self::shared_term_sum)). EM then computes those moments once per
+    /// set of rows and scores them by [`Posterior::JointLessShared`] every iteration. False by
+    /// default (h = 0). A shared covariance holds it: h is −½‖L⁻¹(x − c)‖², a triangular
+    /// solve per row, against s_k's K·d multiply-adds.
+    fn splits_shared_term(&self) -> bool {
+        false
+    }
+
+    /// `out[(i, k)] = ln p(x_i, y = k) − h(x_i)` for a chunk of already-checked rows,
+    /// sequentially, h as in [`splits_shared_term`](Self::splits_shared_term). Defaults to the
+    /// joint (h = 0). Revealing bad input as [`scores_reveal_bad_input`](Self::scores_reveal_bad_input)
+    /// says, like the joint.
+    fn joint_less_shared_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) {
+        self.log_joint_chunk(x, out);
+    }
+
+    /// Σ_i h(x_i) over a set of rows, from their moments ([`row_moments`]: count, mean and
+    /// centred scatter); zero by default (h = 0). An error if the moments are not of the
+    /// model's features.
+    fn shared_term_sum(&self, moments: &SufficientStats) -> Result<f64> {
+        let _ = moments;
+        Ok(0.0)
     }
 
     /// A penalty added to the log-likelihood by the model's smoothing, as a log prior density
@@ -334,15 +381,17 @@ fn fill_chunk<M: GenerativeClassifier + ?Sized>(
     if check && !by_scores {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
     }
-    if what == Posterior::Joint {
-        model.log_joint_chunk(xc, chunk.as_mut());
-    } else {
-        model.posterior_scores_chunk(xc, chunk.as_mut());
+    match what {
+        Posterior::Joint => model.log_joint_chunk(xc, chunk.as_mut()),
+        Posterior::JointLessShared => model.joint_less_shared_chunk(xc, chunk.as_mut()),
+        Posterior::LogProbability | Posterior::Probability => {
+            model.posterior_scores_chunk(xc, chunk.as_mut())
+        }
     }
     if by_scores && check_finite_rows(chunk.as_ref(), 0).is_err() {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
     }
-    if what != Posterior::Joint {
+    if matches!(what, Posterior::LogProbability | Posterior::Probability) {
         normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
     }
     Ok(())
@@ -353,6 +402,11 @@ fn fill_chunk<M: GenerativeClassifier + ?Sized>(
 pub enum Posterior {
     /// ln p(x, y = k)
     Joint,
+    /// ln p(x, y = k) − h(x), h the model's per-row term shared by every class
+    /// ([`GenerativeClassifier::splits_shared_term`]): the responsibilities and the labels of
+    /// the joint, with h's sum over a set of rows from
+    /// [`GenerativeClassifier::shared_term_sum`] (what EM's E-step needs).
+    JointLessShared,
     /// ln p(y = k | x)
     LogProbability,
     /// p(y = k | x)

@@ -939,6 +939,83 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
     }
 }
 
+/// EM's E-step scores (`Posterior::JointLessShared`): ln p(x, k) less a per-row term h(x)
+/// shared by every class, whose sum over a set of rows comes from the rows' moments. For every
+/// structure, with the streamed kernel (3 classes), faer's product (12 classes) and row-major
+/// rows, near the origin and 1e5 from it: the scores differ from the log joint by one value per
+/// row, the same for every class, which is −½ (x − μ̄)ᵀ Σ⁻¹ (x − μ̄) with μ̄ the mean of the
+/// class means (checked against a solve with the reconstructed covariance); their column sums
+/// plus `shared_term_sum` are the log joint's column sums; the sum is the same bits on 1 and 2
+/// threads. Structures without such a term give the joint's bits and a sum of zero.
+#[test]
+fn joint_less_shared_term_adds_back_up_to_the_log_joint() {
+    use CovarianceStructure::Tied;
+    let (n, d) = (4096 + 300, 6);
+    for (k, offset) in [(3, 0.0), (12, 0.0), (3, 1e5)] {
+        let (x0, y) = gaussian_data(n, d, k, 5);
+        let x = Mat::from_fn(n, d, |i, j| x0[(i, j)] + offset * (1.0 + j as f64));
+        let transposed = x.transpose().to_owned();
+        let row_major = transposed.transpose();
+        let moments = on_threads(1, || model::row_moments(x.as_ref()));
+        for s in structures() {
+            let m = fit_gaussian(s, &x, &y, k);
+            assert_eq!(m.splits_shared_term(), s == Tied);
+            let lj = m.log_joint(x.as_ref()).unwrap();
+            let shared = m.shared_term_sum(&moments).unwrap();
+            for (layout, rows) in [("columns", x.as_ref()), ("row-major", row_major)] {
+                let mut split = Mat::<f64>::zeros(n, k);
+                m.log_joint_into(rows, split.as_mut(), model::Posterior::JointLessShared)
+                    .unwrap();
+                let at = format!("{s:?}, k {k}, offset {offset}, {layout}");
+                if s != Tied {
+                    assert_eq!(split, lj, "{at}");
+                    assert_eq!(shared, 0.0, "{at}");
+                    continue;
+                }
+                let means = m.means();
+                let centre: Vec<f64> = (0..d)
+                    .map(|j| (0..k).map(|c| means[(c, j)]).sum::<f64>() / k as f64)
+                    .collect();
+                // An independent reference: LU with partial pivoting of L Lᵀ.
+                let lu = m.covariance(0).partial_piv_lu();
+                for i in (0..n).step_by(7) {
+                    let r = Mat::from_fn(d, 1, |j, _| x[(i, j)] - centre[j]);
+                    let q = (r.transpose() * faer::prelude::Solve::solve(&lu, &r))[(0, 0)];
+                    for c in 0..k {
+                        let h = lj[(i, c)] - split[(i, c)];
+                        assert!(
+                            (h + 0.5 * q).abs() <= 1e-9 * (1.0 + q + lj[(i, c)].abs()),
+                            "{at}: row {i} class {c}: {h} against {}",
+                            -0.5 * q
+                        );
+                    }
+                }
+                for c in 0..k {
+                    let want: f64 = (0..n).map(|i| lj[(i, c)]).sum();
+                    let scale: f64 = (0..n).map(|i| lj[(i, c)].abs()).sum();
+                    let got = (0..n).map(|i| split[(i, c)]).sum::<f64>() + shared;
+                    assert!(
+                        (got - want).abs() <= 1e-11 * scale,
+                        "{at}, class {c}: {got} against {want}"
+                    );
+                }
+            }
+            if s == Tied {
+                let two = on_threads(2, || model::row_moments(x.as_ref()));
+                assert_eq!(m.shared_term_sum(&two).unwrap().to_bits(), shared.to_bits());
+                // No rows: nothing to add. Moments of other features: an error.
+                let none = model::row_moments(x.as_ref().subrows(0, 0));
+                assert_eq!(m.shared_term_sum(&none).unwrap(), 0.0);
+                let narrow = model::row_moments(x.as_ref().subcols(0, d - 1));
+                assert!(matches!(
+                    m.shared_term_sum(&narrow),
+                    Err(GenerativeError::DimensionMismatch { .. })
+                ));
+            }
+        }
+    }
+}
+
 fn spec_qda() -> Checked<GaussianParams> {
     GaussianParams::default().check().unwrap()
 }
@@ -1018,6 +1095,7 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
                     let mut out = Mat::<f64>::zeros(n, 3);
                     for what in [
                         model::Posterior::Joint,
+                        model::Posterior::JointLessShared,
                         model::Posterior::LogProbability,
                         model::Posterior::Probability,
                     ] {
@@ -1140,6 +1218,7 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
                         let mut out = Mat::<f64>::zeros(n, k);
                         for what in [
                             model::Posterior::Joint,
+                            model::Posterior::JointLessShared,
                             model::Posterior::LogProbability,
                             model::Posterior::Probability,
                         ] {
