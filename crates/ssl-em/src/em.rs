@@ -10,7 +10,7 @@ use std::ops::Range;
 use faer::{Mat, MatMut, MatRef};
 
 use density::numerics::log_sum_exp;
-use generative::model::{Posterior, normalize_chunk};
+use generative::model::{Posterior, normalize_chunk, row_moments};
 use generative::parallel::{CHUNK_ROWS, row_chunks_mut, run_indexed};
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
@@ -222,36 +222,50 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let mut previous: Option<f64> = None;
         let mut previous_assign: Option<Vec<usize>> = None;
         let hard = self.params.mode == EmMode::Hard;
+        // The labeled and unlabeled rows' count, mean and scatter, if the model asks for them.
+        let mut shared_moments = None;
         let (log_lik, posteriors) = loop {
             // E-step at the current θ, which also evaluates L(θ).
             // The rows are checked on the first pass only; they do not change between
             // iterations.
+            // The joints less a per-row term shared by every component where the model has
+            // one (a shared covariance's quadratic form): it cancels from the
+            // responsibilities, and its sum over each set, for the objective, comes from the
+            // set's moments, computed once (`shared_term_sum`).
+            let components = model.components();
             if iterations == 0 {
-                model
-                    .components()
-                    .log_joint_into(x_l, lj_l.as_mut(), Posterior::Joint)?;
-                model
-                    .components()
-                    .log_joint_into(x_u, lj_u.as_mut(), Posterior::Joint)?;
+                components.log_joint_into(x_l, lj_l.as_mut(), Posterior::JointLessShared)?;
+                components.log_joint_into(x_u, lj_u.as_mut(), Posterior::JointLessShared)?;
             } else {
-                model.components().log_joint_into_prechecked(
+                components.log_joint_into_prechecked(
                     x_l,
                     lj_l.as_mut(),
-                    Posterior::Joint,
+                    Posterior::JointLessShared,
                 )?;
-                model.components().log_joint_into_prechecked(
+                components.log_joint_into_prechecked(
                     x_u,
                     lj_u.as_mut(),
-                    Posterior::Joint,
+                    Posterior::JointLessShared,
                 )?;
             }
-            let labeled = estep(
-                lj_l.as_ref(),
-                resp_l.as_mut(),
-                |i| class_range(y_l[i]),
-                1.0,
-                false,
-            );
+            let (shared_l, shared_u) = if components.splits_shared_term() {
+                let moments =
+                    shared_moments.get_or_insert_with(|| (row_moments(x_l), row_moments(x_u)));
+                (
+                    components.shared_term_sum(&moments.0)?,
+                    components.shared_term_sum(&moments.1)?,
+                )
+            } else {
+                (0.0, 0.0)
+            };
+            let labeled = shared_l
+                + estep(
+                    lj_l.as_ref(),
+                    resp_l.as_mut(),
+                    |i| class_range(y_l[i]),
+                    1.0,
+                    false,
+                );
             let (unlabeled, unlabeled_weights) = if hard {
                 let u = estep(lj_u.as_ref(), resp_u.as_mut(), |_| 0..kc, lambda, true);
                 let w = (0..kc).map(|c| resp_u.col(c).iter().sum::<f64>()).collect();
@@ -259,6 +273,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             } else {
                 estep_all(lj_u.as_ref(), resp_u.as_mut(), lambda)
             };
+            let unlabeled = unlabeled + shared_u;
             let objective = labeled + lambda * unlabeled + model.log_prior_penalty();
             let mut shares = vec![0.0; n_classes];
             for c in 0..kc {

@@ -503,3 +503,65 @@ fn non_finite_unlabeled_rows_are_errors_on_every_path() {
         );
     }
 }
+
+/// The objective EM reports is L(θ) of the model it returns, recomputed here from that model's
+/// log joints: Σ_L ln p(x, y) + λ Σ_U ln p(x) (soft), or λ Σ_U max_c ln p(x, c) over the
+/// components (hard). A shared covariance's E-step scores the rows without their quadratic
+/// term and adds its sum back from each set's moments; every structure, soft and hard, one
+/// and two components per class, rows near the origin and 1e4 from it.
+#[test]
+fn the_reported_objective_is_that_of_the_returned_model() {
+    use CovarianceStructure::*;
+    let (xl0, yl, xu0) = random_problem(17, 30, 500, 3);
+    for offset in [0.0, 1e4] {
+        let shift = |m: &Mat<f64>| Mat::from_fn(m.nrows(), 2, |i, j| m[(i, j)] + offset);
+        let (xl, xu) = (shift(&xl0), shift(&xu0));
+        for s in [Full, Tied, Diagonal, Spherical, TiedDiagonal] {
+            for (mode, per_class) in [(EmMode::Soft, 1), (EmMode::Hard, 1), (EmMode::Soft, 2)] {
+                let spec = GaussianParams::with_structure(s).check().unwrap();
+                let lambda = 0.6;
+                let params = EmParams {
+                    lambda: Lambda::Fixed(lambda),
+                    mode,
+                    max_iter: 5,
+                    tol: 0.0,
+                    components: Components::Uniform(per_class),
+                    ..Default::default()
+                };
+                let fit = SemiSupervisedEm::new(spec, params)
+                    .unwrap()
+                    .fit(xl.as_ref(), &yl, 3, xu.as_ref())
+                    .unwrap();
+                let at = format!("{s:?}, {mode:?}, {per_class} per class, offset {offset}");
+                assert_eq!(fit.report.iterations, 5, "{at}");
+                let last = fit.report.trace.last().unwrap();
+                let lj_l = fit.model.log_joint(xl.as_ref()).unwrap();
+                let labeled: f64 = (0..xl.nrows()).map(|i| lj_l[(i, yl[i])]).sum();
+                let unlabeled = match mode {
+                    EmMode::Soft => fit.model.log_likelihood(xu.as_ref()).unwrap(),
+                    EmMode::Hard => {
+                        let lj = fit.model.components().log_joint(xu.as_ref()).unwrap();
+                        (0..xu.nrows())
+                            .map(|i| (0..lj.ncols()).map(|c| lj[(i, c)]).fold(f64::MIN, f64::max))
+                            .sum()
+                    }
+                };
+                let close = |a: f64, b: f64| (a - b).abs() <= 1e-10 * (1.0 + b.abs());
+                assert!(
+                    close(last.labeled, labeled),
+                    "{at}: labeled {} against {labeled}",
+                    last.labeled
+                );
+                assert!(
+                    close(last.unlabeled, unlabeled),
+                    "{at}: unlabeled {} against {unlabeled}",
+                    last.unlabeled
+                );
+                assert!(
+                    close(last.objective, labeled + lambda * unlabeled),
+                    "{at}: objective"
+                );
+            }
+        }
+    }
+}
