@@ -1045,12 +1045,11 @@ fn floor_work(op: &str, n: usize, d: usize, k: usize) -> Option<(f64, f64)> {
     } else if op == "EM iteration, diagonal" {
         Some((2.0 * x + 16.0 * n * k, 6.0 * n * k * d))
     } else if op == "EM iteration, tied (LDA)" {
-        // One shared factor: whitening each row once (d(d + 1)/2 multiply-adds) and one pooled
-        // scatter (as many), then K distances and K responsibilities per feature and row.
-        Some((
-            2.0 * x + 16.0 * n * k,
-            2.0 * n * d * (d + 1.0) + 4.0 * n * k * d,
-        ))
+        // One pooled scatter (d(d + 1)/2 multiply-adds per row), K linear scores and K
+        // weighted sums per feature and row. The E-step needs no whitening of the rows: their
+        // shared quadratic term enters the objective through each set's moments, once per fit
+        // (until the thirty-first round this floor counted a whitening, d(d + 1)/2 more).
+        Some((2.0 * x + 16.0 * n * k, n * d * (d + 1.0) + 4.0 * n * k * d))
     } else {
         None
     }
@@ -1116,18 +1115,26 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
     let per_iter = em_iteration(&spec, x.as_ref(), &y, k, 3)?;
     // The two halves of an iteration apart, each the fastest of 7 runs (on a shared machine the
     // minimum is the steadiest estimate of the code's own cost): the E-step's log-joint pass and
-    // the M-step's weighted fit (soft responsibilities, as EM's unlabeled rows).
+    // the M-step's weighted fit (soft responsibilities, as EM's unlabeled rows). The E-step's
+    // pass is the one EM runs, `Posterior::JointLessShared` (for a shared covariance, linear
+    // scores without the per-row quadratic term); the posteriors' normalisation, a separate
+    // pass in EM, is timed with it as `predict_proba`'s pass for comparison.
     let model = spec.fit(x.as_ref(), &y, k).map_err(|e| e.to_string())?;
     let mut lj = Mat::<f64>::zeros(x.nrows(), k);
     let e_step = time_min(7, || {
-        let _ = model.log_joint_into_prechecked(x.as_ref(), lj.as_mut(), Posterior::Probability);
+        let _ =
+            model.log_joint_into_prechecked(x.as_ref(), lj.as_mut(), Posterior::JointLessShared);
     });
-    let sets = [WeightedRows::weighted(x.as_ref(), lj.as_ref()).prechecked()];
+    let mut resp = Mat::<f64>::zeros(x.nrows(), k);
+    let posteriors = time_min(7, || {
+        let _ = model.log_joint_into_prechecked(x.as_ref(), resp.as_mut(), Posterior::Probability);
+    });
+    let sets = [WeightedRows::weighted(x.as_ref(), resp.as_ref()).prechecked()];
     let m_step = time_min(7, || {
         let _ = spec.fit_sets(&sets);
     });
     eprintln!(
-        "d={d} k={k}: {per_iter:.3} s per EM iteration (median of 3); fastest E-step log-joint + posteriors {e_step:.4} s, M-step fit {m_step:.4} s ({:.1} s in all)",
+        "d={d} k={k}: {per_iter:.3} s per EM iteration (median of 3); fastest E-step log joints (as EM scores them) {e_step:.4} s, predict_proba {posteriors:.4} s, M-step fit {m_step:.4} s ({:.1} s in all)",
         t.elapsed().as_secs_f64()
     );
     Ok(())
