@@ -1140,16 +1140,11 @@ impl GenerativeClassifier for GaussianClassifier {
         let (centre, whitened) = self.tied_centre_and_whitened_means();
         let mut w = Mat::from_fn(d, k, |j, c| whitened[c * d + j]);
         solve_upper_triangular_in_place(l.transpose(), w.as_mut(), Par::Seq);
-        let intercepts: Vec<f64> = self
-            .log_norms()
-            .iter()
-            .enumerate()
-            .map(|(c, n)| {
-                n - 0.5
-                    * density::numerics::dot(
-                        &whitened[c * d..(c + 1) * d],
-                        &whitened[c * d..(c + 1) * d],
-                    )
+        let log_norms = self.log_norms();
+        let intercepts: Vec<f64> = (0..k)
+            .map(|c| {
+                let m = &whitened[c * d..(c + 1) * d];
+                log_norms[c] - 0.5 * density::numerics::dot(m, m)
             })
             .collect();
         let weights: Vec<f64> = (0..k * d).map(|cj| w[(cj % d, cj / d)]).collect();
