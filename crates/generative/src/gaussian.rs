@@ -950,9 +950,7 @@ impl GaussianClassifier {
     fn tied_centre_and_whitened_means(&self) -> (Vec<f64>, Vec<f64>) {
         let (d, k) = (self.n_features, self.n_classes);
         let l = MatRef::from_column_major_slice(&self.factors, d, d);
-        let centre: Vec<f64> = (0..d)
-            .map(|j| (0..k).map(|c| self.means[c * d + j]).sum::<f64>() / k as f64)
-            .collect();
+        let centre = self.centre_of_means();
         let mut by_columns = vec![0.0; k * d];
         density::mahalanobis::whiten_rows(
             MatRef::from_row_major_slice(&self.means, k, d),
@@ -965,6 +963,14 @@ impl GaussianClassifier {
             .map(|cj| by_columns[(cj % d) * k + cj / d])
             .collect();
         (centre, whitened)
+    }
+
+    /// μ̄, the mean of the class means.
+    fn centre_of_means(&self) -> Vec<f64> {
+        let (d, k) = (self.n_features, self.n_classes);
+        (0..d)
+            .map(|j| (0..k).map(|c| self.means[c * d + j]).sum::<f64>() / k as f64)
+            .collect()
     }
 
     /// ln N(x; μ_k, Σ) + ln π_k without its quadratic term in x, for each class k.
@@ -1187,7 +1193,7 @@ impl GenerativeClassifier for GaussianClassifier {
             return Ok(0.0);
         }
         let l = MatRef::from_column_major_slice(&self.factors, d, d);
-        let (centre, _) = self.tied_centre_and_whitened_means();
+        let centre = self.centre_of_means();
         let mut offset = Mat::from_fn(d, 1, |j, _| moments.mean()[j] - centre[j]);
         solve_lower_triangular_in_place(l, offset.as_mut(), Par::Seq);
         // L⁻¹ S, then L⁻¹ (L⁻¹ S)ᵀ = L⁻¹ S L⁻ᵀ (S symmetric).

@@ -225,13 +225,12 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         // The labeled and unlabeled rows' count, mean and scatter, if the model asks for them.
         let mut shared_moments = None;
         let (log_lik, posteriors) = loop {
-            // E-step at the current θ, which also evaluates L(θ).
-            // The rows are checked on the first pass only; they do not change between
-            // iterations.
-            // The joints less a per-row term shared by every component where the model has
-            // one (a shared covariance's quadratic form): it cancels from the
-            // responsibilities, and its sum over each set, for the objective, comes from the
-            // set's moments, computed once (`shared_term_sum`).
+            // E-step at the current θ, which also evaluates L(θ). The rows are checked on the
+            // first pass only; they do not change between iterations. They are scored less a
+            // per-row term shared by every component where the model has one (a shared
+            // covariance's quadratic form): it cancels from the responsibilities, and its sum
+            // over each set, for the objective, comes from the set's moments, computed once
+            // (`shared_term_sum`).
             let components = model.components();
             if iterations == 0 {
                 components.log_joint_into(x_l, lj_l.as_mut(), Posterior::JointLessShared)?;
