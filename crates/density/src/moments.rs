@@ -377,6 +377,27 @@ pub fn group_counts(groups: &[usize], k: usize) -> Vec<usize> {
     )
 }
 
+/// What [`grouped_sums_each_column`] calls after each column: (j, the column, its group sums).
+pub type AfterColumn<'a> = dyn FnMut(usize, &[f64], &[f64]) + 'a;
+
+/// [`grouped_sums`] (the same bits, the same return), calling `after(j, column, sums)` right
+/// after column j's sums are added, with the column as read (its first `groups.len()` rows,
+/// contiguous) and `sums[(g, j)]` for every group g: for a pass that needs each column's group
+/// means and reads the column again while it is still in L1 or L2, rather than in a second pass
+/// over a chunk that no longer is (the centring copy of
+/// [`crate::scatter::RowBlock::load_centred_by_group`]).
+pub fn grouped_sums_each_column(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    sums: MatMut<'_, f64>,
+    after: &mut AfterColumn<'_>,
+) -> bool {
+    pulp::Arch::new().dispatch(Grouped {
+        after_column: Some(after),
+        ..Grouped::sums(x, groups, sums)
+    })
+}
+
 /// As [`grouped_sums`], of `x > threshold` (1 or 0): adds to `sums[(g, j)]` how many rows of
 /// group g have column j above `threshold` (the counts of a labeled Bernoulli fit, without a
 /// binarised copy). The counts are exact, so they are the bits of summing a binarised copy.
@@ -484,6 +505,10 @@ struct Grouped<'a> {
     /// deviations from its group means, taken right after the column's sums
     /// ([`grouped_sums_and_squares`]).
     squares: Option<(&'a [usize], MatMut<'a, f64>)>,
+    /// With sums only: called after each column j's sums are added, with j, the column (as
+    /// read, contiguous) and the column's sums so far (one per group), while it is in cache
+    /// ([`grouped_sums_each_column`]).
+    after_column: Option<&'a mut AfterColumn<'a>>,
 }
 
 impl<'a> Grouped<'a> {
@@ -497,6 +522,7 @@ impl<'a> Grouped<'a> {
             threshold: None,
             sums,
             squares: None,
+            after_column: None,
         }
     }
 }
@@ -527,6 +553,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         threshold,
         mut sums,
         mut squares,
+        mut after_column,
     } = args;
     debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
     debug_assert_eq!(groups.len(), x.nrows());
@@ -585,6 +612,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     let mut centers_x = vec![threshold.unwrap_or(0.0); k];
     let mut centers_y = vec![0.0; k];
     let mut negative = false;
+    let mut current = Vec::new();
     let shape = Shape {
         groups: &groups[..n],
         whole,
@@ -658,6 +686,11 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                     squares[(g, p)] = 0.0 + totals[g];
                 }
             }
+        }
+        if let Some(after) = after_column.as_mut() {
+            current.clear();
+            current.extend((0..k).map(|g| sums[(g, p)]));
+            after(j, &col[..n], &current);
         }
     }
     negative
@@ -1399,6 +1432,33 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn sums_each_column_see_every_column_once_in_order_with_its_sums() {
+        let (n, d, k) = (37, 6, 3);
+        let x = faer::Mat::from_fn(n, d, |i, j| ((i * 13 + j * 7) % 23) as f64 - 4.0);
+        let groups: Vec<usize> = (0..n).map(|i| (i * 5) % (k + 1)).collect();
+        let mut want = faer::Mat::zeros(k, d);
+        let want_negative = grouped_sums(x.as_ref(), &groups, want.as_mut());
+        let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+        for (which, view) in layouts.views(x.as_ref()).into_iter().enumerate() {
+            let mut got = faer::Mat::zeros(k, d);
+            let mut seen = Vec::new();
+            let mut after = |j: usize, col: &[f64], sums: &[f64]| {
+                let expect: Vec<f64> = (0..n).map(|i| x[(i, j)]).collect();
+                assert_eq!(col, &expect[..], "layout {which} column {j}");
+                for g in 0..k {
+                    assert_eq!(sums[g].to_bits(), want[(g, j)].to_bits(), "layout {which}");
+                }
+                seen.push(j);
+            };
+            let negative = grouped_sums_each_column(view, &groups, got.as_mut(), &mut after);
+            assert_eq!(negative, want_negative);
+            assert!(want_negative);
+            assert_eq!(seen, (0..d).collect::<Vec<_>>(), "layout {which}");
+            assert_eq!(got, want, "layout {which}");
         }
     }
 }

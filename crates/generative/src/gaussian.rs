@@ -23,7 +23,7 @@ use density::moments::group_counts;
 use density::regularize::{
     add_ridge, ledoit_wolf_shrinkage, shrink_toward_diagonal, shrink_toward_scaled_identity,
 };
-use density::scatter::{ClassBlocks, RowBlock, split_packs};
+use density::scatter::{ClassBlocks, RowBlock, centring_by_group_pays, split_packs};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::linear_scores::{self, Features};
@@ -495,11 +495,34 @@ impl WeightedFit for Checked<GaussianParams> {
             scratch,
             |state, chunk| {
                 let (blocks, buffer, sorted_buf, row_block, groups) = state;
-                // Full scatters of labeled rows (but for few features and classes, below): the
-                // chunk is copied once into the classes' blocks, which also tells whether its
-                // values are finite, so it is read once, not a second time by the check. Up to 4
-                // classes are packed out of each column with AVX-512; more, or any without AVX-512,
-                // are grouped first and copied by index.
+                // The pooled scatter of labeled rows with few classes (but for few features and
+                // classes, below): each column's class sums as it is read, which also check its
+                // values, then the column less its rows' class means into one block while it is
+                // in cache, and one scatter of the block.
+                if let Some(labels) = chunk.labels
+                    && pooled
+                    && kind == ScatterKind::Full
+                    && !by_masks(k, d)
+                    && centring_by_group_pays(k)
+                {
+                    let counts = group_counts(labels, k);
+                    let mut sums = Mat::zeros(k, d);
+                    row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
+                    check_through_sums(&chunk, &sums)?;
+                    let means = class_means(&sums, &counts);
+                    let mut within = vec![0.0; d * d];
+                    row_block.centred_scatter(&mut within, buffer);
+                    return Ok(ChunkStats::Pooled(PooledStats {
+                        weights: counts.iter().map(|&c| c as f64).collect(),
+                        means: (0..k).flat_map(|c| means.row(c).iter().copied()).collect(),
+                        within,
+                    }));
+                }
+                // Full scatters of labeled rows otherwise: the chunk is copied once into the
+                // classes' blocks, which also tells whether its values are finite, so it is read
+                // once, not a second time by the check. Up to 4 classes are packed out of each
+                // column with AVX-512; more, or any without AVX-512, are grouped first and copied
+                // by index.
                 if let Some(labels) = chunk.labels
                     && kind == ScatterKind::Full
                     && !by_masks(k, d)
