@@ -311,7 +311,6 @@ impl pulp::WithSimd for Pooled<'_> {
             scatter,
             scratch,
         } = self;
-        let cols = d.div_ceil(TILE_J) * TILE_J;
         // Weights of one: for the means' sums (padding rows are zero, so their weight does not
         // matter), and, by their length, the rows the tiles read (every row of the block).
         let ones = crate::block::aligned_prefix(scratch, stride);
@@ -336,17 +335,7 @@ impl pulp::WithSimd for Pooled<'_> {
                 col[..n].iter_mut().for_each(|v| *v -= centre);
             }
         }
-        let centre = Centre {
-            w: ones,
-            n: stride,
-            mean: &[],
-            shifts: None,
-        };
-        if S::REGISTER_COUNT >= 32 {
-            tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
-        } else {
-            tiles::<S, 2, true>(simd, y, stride, d, cols, centre, scatter);
-        }
+        unit_tiles(simd, y, stride, d, ones, scatter);
     }
 }
 
@@ -553,22 +542,38 @@ impl pulp::WithSimd for CentredScatter<'_> {
             scatter,
             scratch,
         } = self;
-        let cols = d.div_ceil(TILE_J) * TILE_J;
-        // The unit-weight tiles read the weights only for the number of rows: every row of the
-        // block (the padding rows are zero).
+        // Every row of the block (the padding rows are zero).
         let ones = crate::block::aligned_prefix(scratch, stride);
         ones.fill(1.0);
-        let centre = Centre {
-            w: ones,
-            n: stride,
-            mean: &[],
-            shifts: None,
-        };
-        if S::REGISTER_COUNT >= 32 {
-            tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
-        } else {
-            tiles::<S, 2, true>(simd, y, stride, d, cols, centre, scatter);
-        }
+        unit_tiles(simd, y, stride, d, ones, scatter);
+    }
+}
+
+/// Σ_t y_t y_tᵀ (d × d column-major, both triangles) of a centred block's rows, each of weight
+/// one (column j at `y[j · stride..]`, as many rows as `ones` has, those past the data zero),
+/// in the unit-weight tiles with as many accumulators per tile as the CPU has registers for.
+#[inline(always)]
+fn unit_tiles<S: pulp::Simd>(
+    simd: S,
+    y: &[f64],
+    stride: usize,
+    d: usize,
+    ones: &[f64],
+    scatter: &mut [f64],
+) {
+    let cols = d.div_ceil(TILE_J) * TILE_J;
+    // The unit-weight tiles read the weights only for the number of rows; they neither centre
+    // nor shift, so the mean and the row count are not read.
+    let centre = Centre {
+        w: ones,
+        n: ones.len(),
+        mean: &[],
+        shifts: None,
+    };
+    if S::REGISTER_COUNT >= 32 {
+        tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
+    } else {
+        tiles::<S, 2, true>(simd, y, stride, d, cols, centre, scatter);
     }
 }
 
@@ -1086,7 +1091,6 @@ fn centre_and_scatter<S: pulp::Simd>(
     debug_assert_eq!(mean.len(), d);
     debug_assert_eq!(scatter.len(), d * d);
     let rows = w.len();
-    let cols = d.div_ceil(TILE_J) * TILE_J;
     let (wv, _) = S::as_simd_f64s(w);
     for (j, m) in mean.iter_mut().enumerate() {
         let col = &mut y[j * stride..j * stride + rows];
@@ -1095,20 +1099,7 @@ fn centre_and_scatter<S: pulp::Simd>(
         let c = *m;
         col[..n].iter_mut().for_each(|v| *v -= c);
     }
-    let (y, centre) = (
-        &*y,
-        Centre {
-            w,
-            n,
-            mean,
-            shifts: None,
-        },
-    );
-    if S::REGISTER_COUNT >= 32 {
-        tiles::<S, 4, true>(simd, y, stride, d, cols, centre, scatter);
-    } else {
-        tiles::<S, 2, true>(simd, y, stride, d, cols, centre, scatter);
-    }
+    unit_tiles(simd, y, stride, d, w, scatter);
 }
 
 /// As [`centre_and_scatter`] with weights, the block left as it is: each pass of rows is
