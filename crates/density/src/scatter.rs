@@ -226,6 +226,23 @@ impl ClassBlocks {
         self.classes.get(c).map_or(0, |&(_, n)| n)
     }
 
+    /// Class `c`'s rows as the split laid them out (`class_len(c)` × d, each column
+    /// contiguous), for kernels other than the scatter's (an unknown class has no rows).
+    pub fn class_rows(&mut self, c: usize) -> MatRef<'_, f64> {
+        let (first, n) = self.classes.get(c).copied().unwrap_or((0, 0));
+        let (d, stride) = (self.d, self.stride);
+        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
+        match d {
+            0 => MatRef::from_column_major_slice(&[], n, 0),
+            _ => MatRef::from_column_major_slice_with_stride(
+                &block[first..(d - 1) * stride + first + n],
+                n,
+                d,
+                stride,
+            ),
+        }
+    }
+
     /// The mean and scatter (d × d column-major, both triangles) of class `c`'s rows, each of
     /// weight one: the bits [`mean_and_scatter_of_rows`] gives for the same rows. The class's
     /// rows are centred in place, so this is called once per split. `scratch` is reused
@@ -1697,9 +1714,19 @@ mod tests {
                         } else {
                             assert!(blocks.split(view, &labels, k));
                         }
+                        // An unknown class has no rows.
+                        assert_eq!(blocks.class_rows(k).nrows(), 0);
                         for c in 0..k {
                             let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == c).collect();
                             assert_eq!(blocks.class_len(c), rows.len());
+                            // The class's rows as laid out, in their order in x.
+                            let laid = blocks.class_rows(c);
+                            assert_eq!((laid.nrows(), laid.ncols()), (rows.len(), d));
+                            for (t, &r) in rows.iter().enumerate() {
+                                for j in 0..d {
+                                    assert_eq!(laid[(t, j)].to_bits(), x[(r, j)].to_bits());
+                                }
+                            }
                             let mut want = (vec![0.0; d], vec![0.0; d * d]);
                             if !rows.is_empty() {
                                 let total = rows.len() as f64;

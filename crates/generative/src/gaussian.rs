@@ -34,7 +34,7 @@ use crate::parallel::{
     Chunk, LabelGroups, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
 };
 use crate::{GenerativeError, Result};
-use density::block::{column, gather_rows, with_column_mut};
+use density::block::{column, with_column_mut};
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -484,7 +484,6 @@ impl WeightedFit for Checked<GaussianParams> {
             (
                 ClassBlocks::new(),
                 Vec::<f64>::new(),
-                Vec::<f64>::new(),
                 RowBlock::new(),
                 LabelGroups::default(),
             )
@@ -494,7 +493,7 @@ impl WeightedFit for Checked<GaussianParams> {
             MERGED_RUN,
             scratch,
             |state, chunk| {
-                let (blocks, buffer, sorted_buf, row_block, groups) = state;
+                let (blocks, buffer, row_block, groups) = state;
                 // The pooled scatter of labeled rows with few classes (but for few features and
                 // classes, below): each column's class sums as it is read, which also check its
                 // values, then the column less its rows' class means into one block while it is
@@ -561,9 +560,9 @@ impl WeightedFit for Checked<GaussianParams> {
                 // Diagonal statistics of labeled rows with few classes: each class's sums, then its
                 // squared deviations, in two SIMD passes over each column (the second while it is
                 // in L1), with no grouping and no copy; the sums also check the values. With more
-                // classes each pass costs K masked operations per value, and the copy in class
-                // order below wins (d = 16 and 64: 1.2-2x faster at K = 2, 1.4-1.8x slower at
-                // K = 10).
+                // classes each pass costs K masked operations per value, and the class blocks
+                // below win (against a copy in class order, d = 16 and 64: 1.2-2x faster at
+                // K = 2, 1.4-1.8x slower at K = 10).
                 if let Some(labels) = chunk.labels
                     && kind == ScatterKind::Diagonal
                     && k <= IN_PLACE_MAX_CLASSES
@@ -578,60 +577,59 @@ impl WeightedFit for Checked<GaussianParams> {
                 {
                     return full_class_stats(&chunk, labels, k).map(wrap);
                 }
-                check_chunk(&chunk)?;
-                let mut out = Vec::with_capacity(k);
-                match chunk.labels {
-                    // Labeled rows: one grouping pass, then each class's rows alone (weight one)
-                    // instead of K passes over one-hot columns that are mostly zero.
-                    Some(labels) => {
-                        // Only diagonal statistics of more classes than the masked sums take (full
-                        // ones split the chunk above): the chunk copied once in class order, each
-                        // class then a contiguous block of rows.
+                // Diagonal statistics of labeled rows with more classes than the masked sums
+                // take (full ones split the chunk above): the chunk split once into the classes'
+                // blocks, as for full ones, which also checks its values as it reads them (a
+                // check first, then a copy in class order, read a chunk too large for L2 from
+                // memory twice); each class's moments then come from its own block.
+                if let Some(labels) = chunk.labels {
+                    let finite = if split_packs(k) {
+                        blocks.split(chunk.x, labels, k)
+                    } else {
                         groups.regroup(labels, k);
-                        let sorted = gather_rows(chunk.x, groups.order(), sorted_buf);
-                        for c in 0..k {
+                        let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
+                        blocks.split_by_order(chunk.x, groups.order(), &ranges)
+                    };
+                    if !finite {
+                        check_chunk(&chunk)?;
+                    }
+                    let out = (0..k)
+                        .map(|c| {
                             let mut st = SufficientStats::new(d, kind);
-                            let (start, len) = groups.range(c);
-                            st.accumulate_unweighted(sorted.subrows(start, len), buffer);
-                            out.push(st);
-                        }
-                    }
-                    // Soft responsibilities: every class weights the same rows, laid out once.
-                    None => {
-                        let mut copies = vec![Vec::new(); k];
-                        let weights: Vec<&[f64]> = copies
-                            .iter_mut()
-                            .enumerate()
-                            .map(|(c, copy)| column(chunk.resp, c, copy))
-                            .collect();
-                        // A shared full covariance needs only the pooled scatter: one scatter of
-                        // the rows about their own mixes of the class means, not K
-                        // (`RowBlock::pooled_scatter`).
-                        if pooled && kind == ScatterKind::Full && pooled_soft_scatter_pays(k, d) {
-                            let totals: Vec<f64> =
-                                weights.iter().map(|w| density::numerics::sum(w)).collect();
-                            let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
-                            row_block.load(chunk.x);
-                            row_block.pooled_scatter(
-                                &weights,
-                                &totals,
-                                &mut means,
-                                &mut within,
-                                buffer,
-                            );
-                            let weights = totals.iter().map(|&t| t.max(0.0)).collect();
-                            return Ok(ChunkStats::Pooled(PooledStats {
-                                weights,
-                                means,
-                                within,
-                            }));
-                        }
-                        out = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
-                        SufficientStats::accumulate_rows_each(
-                            &mut out, chunk.x, &weights, row_block, buffer,
-                        );
-                    }
+                            st.accumulate_unweighted(blocks.class_rows(c), buffer);
+                            st
+                        })
+                        .collect();
+                    return Ok(wrap(out));
                 }
+                // Soft responsibilities: every class weights the same rows, laid out once.
+                check_chunk(&chunk)?;
+                let mut copies = vec![Vec::new(); k];
+                let weights: Vec<&[f64]> = copies
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(c, copy)| column(chunk.resp, c, copy))
+                    .collect();
+                // A shared full covariance needs only the pooled scatter: one scatter of the rows
+                // about their own mixes of the class means, not K (`RowBlock::pooled_scatter`).
+                if pooled && kind == ScatterKind::Full && pooled_soft_scatter_pays(k, d) {
+                    let totals: Vec<f64> =
+                        weights.iter().map(|w| density::numerics::sum(w)).collect();
+                    let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+                    row_block.load(chunk.x);
+                    row_block.pooled_scatter(&weights, &totals, &mut means, &mut within, buffer);
+                    let weights = totals.iter().map(|&t| t.max(0.0)).collect();
+                    return Ok(ChunkStats::Pooled(PooledStats {
+                        weights,
+                        means,
+                        within,
+                    }));
+                }
+                let mut out: Vec<SufficientStats> =
+                    (0..k).map(|_| SufficientStats::new(d, kind)).collect();
+                SufficientStats::accumulate_rows_each(
+                    &mut out, chunk.x, &weights, row_block, buffer,
+                );
                 Ok(wrap(out))
             },
             ChunkStats::merge,

@@ -819,9 +819,11 @@ fn fitting_from_labels_equals_fitting_from_the_one_hot_matrix() {
     }
     // Every way a labeled Gaussian fit reads its classes' rows. At d = 3: full structures sum
     // each class's products by mask (`density::moments::grouped_cross_products`) for 2 and 3
-    // classes, diagonal ones for 2 (`grouped_sums_sq`) and copy the chunk in class order for 3
-    // and 6. At d = 8, full structures split the chunk into class blocks
-    // (`density::scatter::ClassBlocks`): packed by mask for 2 and 3 classes, by index for 6.
+    // classes, diagonal ones for 2 (`grouped_sums_sq`) and split the chunk into class blocks
+    // (`density::scatter::ClassBlocks`) for 3 (packed by mask with AVX-512) and 6 (by index).
+    // At d = 8, full structures split the chunk the same way, but for the tied one with
+    // AVX-512, which centres each column by its rows' class means into one block
+    // (`RowBlock::load_centred_by_group`).
     let y2: Vec<usize> = y.iter().map(|&l| l.min(1)).collect();
     let r2 = one_hot(&y2, 2).unwrap();
     let y6: Vec<usize> = y
