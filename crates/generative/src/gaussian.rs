@@ -494,69 +494,6 @@ impl WeightedFit for Checked<GaussianParams> {
             scratch,
             |state, chunk| {
                 let (blocks, buffer, row_block, groups) = state;
-                // The pooled scatter of labeled rows with few classes (but for few features and
-                // classes, below): each column's class sums as it is read, which also check its
-                // values, then the column less its rows' class means into one block while it is
-                // in cache, and one scatter of the block.
-                if let Some(labels) = chunk.labels
-                    && pooled
-                    && kind == ScatterKind::Full
-                    && !by_masks(k, d)
-                    && centring_by_group_pays(k)
-                {
-                    let counts = group_counts(labels, k);
-                    let mut sums = Mat::zeros(k, d);
-                    row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
-                    check_through_sums(&chunk, &sums)?;
-                    let means = class_means(&sums, &counts);
-                    let mut within = vec![0.0; d * d];
-                    row_block.centred_scatter(&mut within, buffer);
-                    return Ok(ChunkStats::Pooled(PooledStats {
-                        weights: counts.iter().map(|&c| c as f64).collect(),
-                        means: (0..k).flat_map(|c| means.row(c).iter().copied()).collect(),
-                        within,
-                    }));
-                }
-                // Full scatters of labeled rows otherwise: the chunk is copied once into the
-                // classes' blocks, which also tells whether its values are finite, so it is read
-                // once, not a second time by the check. Up to 4 classes are packed out of each
-                // column with AVX-512; more, or any without AVX-512, are grouped first and copied
-                // by index.
-                if let Some(labels) = chunk.labels
-                    && kind == ScatterKind::Full
-                    && !by_masks(k, d)
-                {
-                    let finite = if split_packs(k) {
-                        blocks.split(chunk.x, labels, k)
-                    } else {
-                        groups.regroup(labels, k);
-                        let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                        blocks.split_by_order(chunk.x, groups.order(), &ranges)
-                    };
-                    if !finite {
-                        // The check names the first non-finite value.
-                        check_chunk(&chunk)?;
-                    }
-                    if pooled {
-                        let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
-                        blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
-                        let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
-                        return Ok(ChunkStats::Pooled(PooledStats {
-                            weights,
-                            means,
-                            within,
-                        }));
-                    }
-                    return Ok(ChunkStats::Classes(
-                        (0..k)
-                            .map(|c| {
-                                let mut st = SufficientStats::new(d, kind);
-                                st.accumulate_class(blocks, c, buffer);
-                                st
-                            })
-                            .collect(),
-                    ));
-                }
                 // Diagonal statistics of labeled rows with few classes: each class's sums, then its
                 // squared deviations, in two SIMD passes over each column (the second while it is
                 // in L1), with no grouping and no copy; the sums also check the values. With more
@@ -577,11 +514,32 @@ impl WeightedFit for Checked<GaussianParams> {
                 {
                     return full_class_stats(&chunk, labels, k).map(wrap);
                 }
-                // Diagonal statistics of labeled rows with more classes than the masked sums
-                // take (full ones split the chunk above): the chunk split once into the classes'
-                // blocks, as for full ones, which also checks its values as it reads them (a
-                // check first, then a copy in class order, read a chunk too large for L2 from
-                // memory twice); each class's moments then come from its own block.
+                // The pooled scatter of labeled rows with few classes: each column's class sums
+                // as it is read, which also check its values, then the column less its rows'
+                // class means into one block while it is in cache, and one scatter of the block.
+                if let Some(labels) = chunk.labels
+                    && pooled
+                    && kind == ScatterKind::Full
+                    && centring_by_group_pays(k)
+                {
+                    let counts = group_counts(labels, k);
+                    let mut sums = Mat::zeros(k, d);
+                    row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
+                    check_through_sums(&chunk, &sums)?;
+                    let means = class_means(&sums, &counts);
+                    let mut within = vec![0.0; d * d];
+                    row_block.centred_scatter(&mut within, buffer);
+                    return Ok(ChunkStats::Pooled(PooledStats {
+                        weights: counts.iter().map(|&c| c as f64).collect(),
+                        means: (0..k).flat_map(|c| means.row(c).iter().copied()).collect(),
+                        within,
+                    }));
+                }
+                // Every other labeled chunk: copied once into the classes' blocks, which also
+                // tells whether its values are finite, so it is read once, not a second time by
+                // the check (a check, then a copy in class order, read a chunk too large for L2
+                // from memory twice). Up to 4 classes are packed out of each column with
+                // AVX-512; more, or any without AVX-512, are grouped first and copied by index.
                 if let Some(labels) = chunk.labels {
                     let finite = if split_packs(k) {
                         blocks.split(chunk.x, labels, k)
@@ -591,16 +549,39 @@ impl WeightedFit for Checked<GaussianParams> {
                         blocks.split_by_order(chunk.x, groups.order(), &ranges)
                     };
                     if !finite {
+                        // The check names the first non-finite value.
                         check_chunk(&chunk)?;
                     }
-                    let out = (0..k)
-                        .map(|c| {
-                            let mut st = SufficientStats::new(d, kind);
-                            st.accumulate_unweighted(blocks.class_rows(c), buffer);
-                            st
-                        })
-                        .collect();
-                    return Ok(wrap(out));
+                    if kind != ScatterKind::Full {
+                        // Each class's diagonal moments from its own block.
+                        let out = (0..k)
+                            .map(|c| {
+                                let mut st = SufficientStats::new(d, kind);
+                                st.accumulate_unweighted(blocks.class_rows(c), buffer);
+                                st
+                            })
+                            .collect();
+                        return Ok(wrap(out));
+                    }
+                    if pooled {
+                        let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+                        blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
+                        let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
+                        return Ok(ChunkStats::Pooled(PooledStats {
+                            weights,
+                            means,
+                            within,
+                        }));
+                    }
+                    return Ok(ChunkStats::Classes(
+                        (0..k)
+                            .map(|c| {
+                                let mut st = SufficientStats::new(d, kind);
+                                st.accumulate_class(blocks, c, buffer);
+                                st
+                            })
+                            .collect(),
+                    ));
                 }
                 // Soft responsibilities: every class weights the same rows, laid out once.
                 check_chunk(&chunk)?;
