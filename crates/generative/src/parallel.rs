@@ -198,6 +198,13 @@ where
     (out, results)
 }
 
+/// An `nrows × ncols` matrix of zeros, each chunk of [`CHUNK_ROWS`] rows zeroed by the worker
+/// that owns it ([`build_by_row_chunks`]): the first touch of a fresh matrix's pages spread
+/// over the pool, where `Mat::zeros` takes every page fault on one thread.
+pub fn zeros(nrows: usize, ncols: usize) -> Mat<f64> {
+    build_by_row_chunks(nrows, ncols, |_, _| ()).0
+}
+
 /// A chunk handed to a worker: which set it comes from, its first row, and its rows.
 #[derive(Debug, Clone, Copy)]
 pub struct Chunk<'a> {
@@ -735,6 +742,15 @@ mod tests {
                 first += c.nrows();
             }
             assert!((0..n).all(|i| m[(i, 1)] == i as f64 && m[(i, 0)] == 0.0));
+        }
+    }
+
+    #[test]
+    fn zeros_are_zeros_of_the_shape_over_several_chunks() {
+        for (n, k) in [(2 * CHUNK_ROWS + 17, 3), (5, 2), (0, 4), (7, 0)] {
+            let m = zeros(n, k);
+            assert_eq!((m.nrows(), m.ncols()), (n, k));
+            assert!((0..k).all(|j| (0..n).all(|i| m[(i, j)].to_bits() == 0)));
         }
     }
 

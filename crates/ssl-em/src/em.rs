@@ -43,8 +43,36 @@ pub(crate) struct Run<M> {
     pub warnings: Vec<String>,
     /// Labeled + λ·unlabeled log-likelihood at the final θ (no smoothing prior).
     pub log_lik: f64,
+    /// The unlabeled rows' component log joints at the final θ (n_u × components), from
+    /// which [`Run::unlabeled_posteriors`] are taken.
+    unlabeled_log_joints: Mat<f64>,
+    /// The last E-step's unlabeled responsibilities, no longer needed: a buffer of the same
+    /// shape, into which the posteriors are written.
+    spare: Mat<f64>,
+    component_class: Vec<usize>,
+    n_classes: usize,
+}
+
+impl<M> Run<M> {
     /// Class-level posteriors of the unlabeled rows at the final θ (n_u × K).
-    pub unlabeled_posteriors: Mat<f64>,
+    ///
+    /// Why on demand, into a spare buffer: only the dominance diagnostic reads them. Every run
+    /// (each fold and λ of a cross-validation, each component count of a BIC search) used to
+    /// form them in a fresh n_u × K matrix as it returned, and at n = 1e6, K = 10 a fresh 80 MB
+    /// matrix costs the kernel's clearing of its pages, which on a virtual machine can take
+    /// longer than an EM iteration (BENCHMARKS.md, thirty-third round). With one component per
+    /// class they are the responsibilities' buffer, overwritten.
+    pub fn unlabeled_posteriors(&mut self) -> Mat<f64> {
+        let lj = self.unlabeled_log_joints.as_ref();
+        if lj.ncols() == self.n_classes && self.spare.nrows() == lj.nrows() {
+            // The spare buffer has the log joints' shape (the responsibilities').
+            debug_assert_eq!(self.spare.ncols(), lj.ncols());
+            let mut out = std::mem::replace(&mut self.spare, Mat::new());
+            class_posteriors_into(lj, out.as_mut());
+            return out;
+        }
+        class_posteriors(lj, &self.component_class, self.n_classes)
+    }
 }
 
 /// Inputs shared by every run: labeled rows, their classes, unlabeled rows.
@@ -141,17 +169,18 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             components = uniform(best);
             bic = Some(scores);
         }
-        let run = self.run(&data, lambda, &components, observer)?;
+        let mut run = self.run(&data, lambda, &components, observer)?;
         let diagnostic = if supervised_only {
             None
         } else {
             let sup = self.spec.fit(x_l, y_l, n_classes)?;
+            let posteriors = run.unlabeled_posteriors();
             Some(diagnose(
                 &data,
                 lambda,
                 &sup,
                 &run.model,
-                run.unlabeled_posteriors.as_ref(),
+                posteriors.as_ref(),
             )?)
         };
         let objective = run.trace.last().map_or(f64::NAN, |t| t.objective);
@@ -200,10 +229,12 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         // One component per class: the labeled rows' responsibilities are their labels.
         let one_hot_labels = (kc == n_classes).then_some(y_l);
         let mut resp_l = Mat::<f64>::zeros(x_l.nrows(), kc);
-        let mut resp_u = Mat::<f64>::zeros(x_u.nrows(), kc);
+        // The unlabeled rows' buffers are zeroed in parallel: they are the run's first touch of
+        // 2 · n_u × K fresh values, whose page faults `Mat::zeros` takes on one thread.
+        let mut resp_u = generative::parallel::zeros(x_u.nrows(), kc);
         // Buffers reused by every E-step.
         let mut lj_l = Mat::<f64>::zeros(x_l.nrows(), kc);
-        let mut lj_u = Mat::<f64>::zeros(x_u.nrows(), kc);
+        let mut lj_u = generative::parallel::zeros(x_u.nrows(), kc);
 
         // Initial θ: the labeled-only fit, split into components by k-means where m_k > 1.
         let mut model = self.initial_model(
@@ -224,7 +255,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let hard = self.params.mode == EmMode::Hard;
         // The labeled and unlabeled rows' count, mean and scatter, if the model asks for them.
         let mut shared_moments = None;
-        let (log_lik, posteriors) = loop {
+        let log_lik = loop {
             // E-step at the current θ, which also evaluates L(θ). The rows are checked on the
             // first pass only; they do not change between iterations. They are scored less a
             // per-row term shared by every component where the model has one (a shared
@@ -303,10 +334,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             };
             if stalled || iterations == self.params.max_iter {
                 converged = stalled;
-                break (
-                    labeled + lambda * unlabeled,
-                    class_posteriors(lj_u.as_ref(), &component_class, n_classes),
-                );
+                break labeled + lambda * unlabeled;
             }
             previous = Some(objective);
             previous_assign = assign;
@@ -323,10 +351,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                     warnings.push(format!(
                         "EM stopped after {iterations} iterations: the M-step failed ({e}); a component collapsed. Returning the last valid parameters; increase the regularisation or use fewer components"
                     ));
-                    break (
-                        labeled + lambda * unlabeled,
-                        class_posteriors(lj_u.as_ref(), &component_class, n_classes),
-                    );
+                    break labeled + lambda * unlabeled;
                 }
             }
         };
@@ -337,7 +362,10 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             converged,
             warnings,
             log_lik,
-            unlabeled_posteriors: posteriors,
+            unlabeled_log_joints: lj_u,
+            spare: resp_u,
+            component_class,
+            n_classes,
         })
     }
 
@@ -587,6 +615,16 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
     (total, sums)
 }
 
+/// With one component per class, [`class_posteriors`] written into `out` (n × K) rather than a
+/// new matrix: each chunk's rows of `lj` normalised, the same bits.
+fn class_posteriors_into(lj: MatRef<'_, f64>, out: MatMut<'_, f64>) {
+    debug_assert_eq!((out.nrows(), out.ncols()), (lj.nrows(), lj.ncols()));
+    run_indexed(row_chunks_mut(out, CHUNK_ROWS), |chunk, mut out| {
+        out.copy_from(lj.subrows(chunk * CHUNK_ROWS, out.nrows()));
+        normalize_chunk(out, true, None);
+    });
+}
+
 /// Class-level posteriors from component-level log joints: each row's components normalised
 /// (vectorised, in parallel over fixed chunks, as an E-step) and summed per class.
 fn class_posteriors(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
@@ -659,6 +697,80 @@ mod tests {
                     row_sum += g;
                 }
                 assert!((row_sum - 1.0).abs() < 1e-14, "row {i} sums to {row_sum}");
+            }
+        }
+        // Into a used buffer, with one component per class: the same bits, whatever the
+        // buffer held (NaN here).
+        let mut out = Mat::from_fn(n, 5, |_, _| f64::NAN);
+        class_posteriors_into(lj.as_ref(), out.as_mut());
+        let fresh = class_posteriors(lj.as_ref(), &[0, 1, 2, 3, 4], 5);
+        for i in 0..n {
+            for k in 0..5 {
+                assert_eq!(out[(i, k)].to_bits(), fresh[(i, k)].to_bits(), "({i}, {k})");
+            }
+        }
+    }
+
+    /// A run's unlabeled posteriors, taken on demand (into the spare responsibilities' buffer
+    /// with one component per class, a new matrix with two), are the class posteriors of its
+    /// final log joints, bit for bit, on one thread and on two.
+    #[test]
+    fn run_posteriors_are_the_class_posteriors_of_its_final_log_joints() {
+        use generative::{CovarianceStructure, GaussianParams, HyperParams};
+        let n_u = 2 * CHUNK_ROWS + 301;
+        let point = |i: usize, j: usize| {
+            let h = ((i * 7919 + j * 104_729) % 10_007) as f64 / 10_007.0;
+            h + 3.0 * ((i + j) % 3) as f64
+        };
+        let x_u = Mat::from_fn(n_u, 2, point);
+        let x_l = Mat::from_fn(60, 2, point);
+        let y_l: Vec<usize> = (0..60).map(|i| i % 3).collect();
+        let data = Data {
+            x_l: x_l.as_ref(),
+            y_l: &y_l,
+            n_classes: 3,
+            x_u: x_u.as_ref(),
+        };
+        let spec = GaussianParams::with_structure(CovarianceStructure::Diagonal)
+            .check()
+            .unwrap();
+        let em = SemiSupervisedEm::new(
+            spec,
+            EmParams {
+                max_iter: 3,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut first: Option<Vec<u64>> = None;
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for components in [vec![1, 1, 1], vec![2, 1, 2]] {
+                let mut run = pool
+                    .install(|| em.run(&data, 0.5, &components, &mut |_| {}))
+                    .unwrap();
+                let classes = component_classes(&components);
+                let want = class_posteriors(run.unlabeled_log_joints.as_ref(), &classes, 3);
+                let got = pool.install(|| run.unlabeled_posteriors());
+                assert_eq!((got.nrows(), got.ncols()), (n_u, 3));
+                let bits: Vec<u64> = (0..3)
+                    .flat_map(|k| (0..n_u).map(move |i| (i, k)))
+                    .map(|(i, k)| {
+                        assert_eq!(got[(i, k)].to_bits(), want[(i, k)].to_bits(), "({i}, {k})");
+                        got[(i, k)].to_bits()
+                    })
+                    .collect();
+                let row_sum = (0..3).map(|k| got[(17, k)]).sum::<f64>();
+                assert!((row_sum - 1.0).abs() < 1e-12, "row 17 sums to {row_sum}");
+                if components == [1, 1, 1] {
+                    match &first {
+                        None => first = Some(bits),
+                        Some(f) => assert!(f == &bits, "1 and 2 threads differ"),
+                    }
+                }
             }
         }
     }
