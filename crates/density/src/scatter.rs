@@ -90,6 +90,13 @@ pub struct ClassBlocks {
     classes: Vec<(usize, usize)>,
     /// Per class and group of 8 rows, the rows of the group in the class (bit i: row 8b + i).
     masks: Vec<u8>,
+    /// Whether the last split centred each class at its mean ([`ClassBlocks::split_centred`]),
+    /// and those means (class c at `means[c · d..(c + 1) · d]`).
+    centred: bool,
+    means: Vec<f64>,
+    /// Ones, at least as many as the longest class's rows rounded up to a multiple of 8: the
+    /// weights of the centring's sums.
+    ones: Vec<f64>,
 }
 
 /// Rows per class in [`ClassBlocks`] are padded to a multiple of this: whole vectors of any
@@ -107,11 +114,33 @@ impl ClassBlocks {
     /// finite: the split reads each value once, so a caller can skip a separate pass that
     /// checks them (which, on a block larger than the cache, would read it from memory twice).
     pub fn split(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
+        self.split_body(x, labels, k, false)
+    }
+
+    /// As [`ClassBlocks::split`], and each class's rows centred at its mean as each column is
+    /// split, while the column is in cache; [`ClassBlocks::mean_and_scatter`] then gives the
+    /// same bits as after `split`, without a pass of its own over the blocks to centre them.
+    /// Not for [`ClassBlocks::class_rows`] or [`ClassBlocks::means_and_pooled_scatter`], which
+    /// read the rows as they are.
+    ///
+    /// Why: after the split, each class's sums and centring read the whole chunk's blocks again
+    /// from L2 (at d = 16 they are 512 KB), one column at a time; here they read the column
+    /// just written, from L1.
+    pub fn split_centred(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
+        self.split_body(x, labels, k, true)
+    }
+
+    fn split_body(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize, centre: bool) -> bool {
         let (n, d) = (x.nrows().min(labels.len()), x.ncols());
         let labels = &labels[..n];
-        self.lay_out(d, crate::moments::group_counts(labels, k).into_iter());
+        self.lay_out(
+            d,
+            crate::moments::group_counts(labels, k).into_iter(),
+            centre,
+        );
         let stride = self.stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
+        let (means, ones) = (&mut self.means, &self.ones);
         let mut finite = true;
         // Each class's next free row, in the row-at-a-time path (one allocation per split).
         let mut next = Vec::with_capacity(k);
@@ -151,11 +180,17 @@ impl ClassBlocks {
                     }
                     None => split_column(|r| x[(r, j)], labels, classes, &mut next, col),
                 };
+                if centre {
+                    centre_classes(col, classes, ones, means, j, d);
+                }
             }
             return finite;
         }
         for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
             finite &= split_column(|r| x[(r, j)], labels, &self.classes, &mut next, col);
+            if centre {
+                centre_classes(col, &self.classes, &self.ones, means, j, d);
+            }
         }
         finite
     }
@@ -170,7 +205,7 @@ impl ClassBlocks {
         ranges: &[(usize, usize)],
     ) -> bool {
         let d = x.ncols();
-        self.lay_out(d, ranges.iter().map(|&(_, len)| len));
+        self.lay_out(d, ranges.iter().map(|&(_, len)| len), false);
         let stride = self.stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
         let mut finite = true;
@@ -203,8 +238,9 @@ impl ClassBlocks {
         finite
     }
 
-    /// Places classes of `lens` rows for `d` columns, and zeros the padding columns.
-    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>) {
+    /// Places classes of `lens` rows for `d` columns, and zeros the padding columns; with
+    /// `centre`, makes room for the classes' means.
+    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>, centre: bool) {
         self.d = d;
         self.cols = d.div_ceil(TILE_J) * TILE_J;
         self.classes.clear();
@@ -219,6 +255,16 @@ impl ClassBlocks {
         self.stride = stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
         block[d * stride..].fill(0.0);
+        self.centred = centre;
+        self.means.clear();
+        if centre {
+            self.means.resize(self.classes.len() * d, 0.0);
+            let longest = self.classes.iter().map(|&(_, n)| n).max().unwrap_or(0);
+            let rows = longest.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+            if self.ones.len() < rows {
+                self.ones.resize(rows, 1.0);
+            }
+        }
     }
 
     /// Number of rows of class `c`.
@@ -260,6 +306,19 @@ impl ClassBlocks {
             return;
         };
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
+        if self.centred {
+            // Centred by the split: the mean it took, and the unit-weight tiles alone.
+            mean.copy_from_slice(&self.means[c * self.d..(c + 1) * self.d]);
+            pulp::Arch::new().dispatch(CentredScatter {
+                y: &block[first..],
+                stride: self.stride,
+                rows: n,
+                d: self.d,
+                scatter,
+                scratch,
+            });
+            return;
+        }
         pulp::Arch::new().dispatch(Kernel {
             source: Source::Block {
                 y: &mut block[first..],
@@ -457,6 +516,7 @@ impl RowBlock {
         pulp::Arch::new().dispatch(CentredScatter {
             y,
             stride: self.stride,
+            rows: self.stride,
             d: self.d,
             scatter,
             scratch,
@@ -538,10 +598,13 @@ impl RowBlock {
     }
 }
 
-/// [`RowBlock::centred_scatter`]'s kernel.
+/// [`RowBlock::centred_scatter`]'s kernel, and [`ClassBlocks::mean_and_scatter`]'s after a
+/// centred split: the first `rows` rows of the block (rounded up to whole vectors; those past
+/// the data are zero).
 struct CentredScatter<'a> {
     y: &'a [f64],
     stride: usize,
+    rows: usize,
     d: usize,
     scatter: &'a mut [f64],
     scratch: &'a mut Vec<f64>,
@@ -555,12 +618,15 @@ impl pulp::WithSimd for CentredScatter<'_> {
         let CentredScatter {
             y,
             stride,
+            rows,
             d,
             scatter,
             scratch,
         } = self;
-        // Every row of the block (the padding rows are zero).
-        let ones = crate::block::aligned_prefix(scratch, stride);
+        // The rows as `centre_and_scatter` reads them: whole vectors, the padding rows zero.
+        let rows = rows.div_ceil(S::F64_LANES) * S::F64_LANES;
+        debug_assert!(rows <= stride);
+        let ones = crate::block::aligned_prefix(scratch, rows);
         ones.fill(1.0);
         unit_tiles(simd, y, stride, d, ones, scatter);
     }
@@ -885,6 +951,69 @@ fn place_by_order(
         }
     }
     zero_padding(classes, col);
+}
+
+/// Centres each class's run of a [`ClassBlocks`] column (its padding zeroed) at its mean, and
+/// writes the mean to `means[c · d + j]` (zero for an empty class): what `centre_and_scatter`
+/// does to the column, with the same sums, so the same bits.
+fn centre_classes(
+    col: &mut [f64],
+    classes: &[(usize, usize)],
+    ones: &[f64],
+    means: &mut [f64],
+    j: usize,
+    d: usize,
+) {
+    pulp::Arch::new().dispatch(CentreClasses {
+        col,
+        classes,
+        ones,
+        means,
+        j,
+        d,
+    })
+}
+
+/// [`centre_classes`]' kernel.
+struct CentreClasses<'a> {
+    col: &'a mut [f64],
+    classes: &'a [(usize, usize)],
+    /// All ones, at least the longest class's rows rounded up to whole vectors.
+    ones: &'a [f64],
+    means: &'a mut [f64],
+    j: usize,
+    d: usize,
+}
+
+impl pulp::WithSimd for CentreClasses<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let CentreClasses {
+            col,
+            classes,
+            ones,
+            means,
+            j,
+            d,
+        } = self;
+        // Weights of one for every row read: past the class's rows they meet its zero padding,
+        // and 1 · 0 adds what `centre_and_scatter`'s 0 · 0 adds, nothing.
+        for (c, &(first, n)) in classes.iter().enumerate() {
+            if n == 0 {
+                means[c * d + j] = 0.0;
+                continue;
+            }
+            let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+            let run = &mut col[first..first + rows];
+            let (yv, _) = S::as_simd_f64s(run);
+            let (wv, _) = S::as_simd_f64s(&ones[..rows]);
+            let m = weighted_sum(simd, wv, yv) / n as f64;
+            means[c * d + j] = m;
+            run[..n].iter_mut().for_each(|v| *v -= m);
+        }
+    }
 }
 
 /// Zeros each class's padding rows in a column of [`ClassBlocks`].
@@ -1716,6 +1845,7 @@ mod tests {
                         }
                         // An unknown class has no rows.
                         assert_eq!(blocks.class_rows(k).nrows(), 0);
+                        let mut wants = Vec::new();
                         for c in 0..k {
                             let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == c).collect();
                             assert_eq!(blocks.class_len(c), rows.len());
@@ -1751,6 +1881,30 @@ mod tests {
                             {
                                 assert_eq!(a.to_bits(), b.to_bits(), "{what}");
                             }
+                            wants.push(want);
+                        }
+                        if by_order {
+                            continue;
+                        }
+                        // Centred as it is split: the same bits, the empty class included.
+                        assert!(blocks.split_centred(view, &labels, k));
+                        for (c, want) in wants.iter().enumerate() {
+                            let mut got = (vec![f64::NAN; d], vec![f64::NAN; d * d]);
+                            blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
+                            let what =
+                                format!("centred: d={d} n={n} k={k} layout={which} class {c}");
+                            for (a, b) in
+                                got.0.iter().chain(&got.1).zip(want.0.iter().chain(&want.1))
+                            {
+                                assert_eq!(a.to_bits(), b.to_bits(), "{what}");
+                            }
+                        }
+                        // A plain split after a centred one reads the rows as they are.
+                        assert!(blocks.split(view, &labels, k));
+                        let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == 0).collect();
+                        let laid = blocks.class_rows(0);
+                        for (t, &r) in rows.iter().enumerate() {
+                            assert_eq!(laid[(t, d - 1)].to_bits(), x[(r, d - 1)].to_bits());
                         }
                     }
                 }
@@ -1769,6 +1923,10 @@ mod tests {
                         assert!(
                             !blocks.split(view, &labels, 2),
                             "d={d} n={n} row {row}: {v}"
+                        );
+                        assert!(
+                            !blocks.split_centred(view, &labels, 2),
+                            "centred: d={d} n={n} row {row}: {v}"
                         );
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");

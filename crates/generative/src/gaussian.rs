@@ -541,7 +541,12 @@ impl WeightedFit for Checked<GaussianParams> {
                 // from memory twice). Up to 4 classes are packed out of each column with
                 // AVX-512; more, or any without AVX-512, are grouped first and copied by index.
                 if let Some(labels) = chunk.labels {
-                    let finite = if split_packs(k) {
+                    // Per-class full scatters (QDA) of packed classes centre each class as its
+                    // columns are split (`split_centred`); the diagonal and pooled statistics
+                    // read the rows as they are.
+                    let finite = if split_packs(k) && kind == ScatterKind::Full && !pooled {
+                        blocks.split_centred(chunk.x, labels, k)
+                    } else if split_packs(k) {
                         blocks.split(chunk.x, labels, k)
                     } else {
                         groups.regroup(labels, k);
