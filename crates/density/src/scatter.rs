@@ -1540,6 +1540,29 @@ mod tests {
     use rand::SeedableRng;
     use rand_distr::{Distribution, StandardNormal};
 
+    /// A mean and scatter with the bits of `want`, entry by entry.
+    fn assert_same_bits(got: &(Vec<f64>, Vec<f64>), want: &(Vec<f64>, Vec<f64>), what: &str) {
+        for (a, b) in got.0.iter().chain(&got.1).zip(want.0.iter().chain(&want.1)) {
+            assert_eq!(a.to_bits(), b.to_bits(), "{what}");
+        }
+    }
+
+    /// A d × d scatter (column-major) exactly symmetric and within 1e-12 of `want`, relative to
+    /// its largest diagonal entry (or 1).
+    fn assert_symmetric_close(got: &[f64], want: &[f64], d: usize, what: &str) {
+        let scale = (0..d).map(|j| want[j * d + j]).fold(1.0, f64::max);
+        for j in 0..d {
+            for i in 0..d {
+                let (a, b) = (got[j * d + i], want[j * d + i]);
+                assert_eq!(a.to_bits(), got[i * d + j].to_bits(), "symmetry: {what}");
+                assert!(
+                    (a - b).abs() <= 1e-12 * scale,
+                    "({i}, {j}): {a} vs {b}, {what}"
+                );
+            }
+        }
+    }
+
     /// Textbook two-pass formulas, one row at a time.
     fn reference(x: MatRef<'_, f64>, w: &[f64]) -> (Vec<f64>, Vec<f64>) {
         let (n, d) = (x.nrows(), x.ncols());
@@ -1876,11 +1899,7 @@ mod tests {
                             let what = format!(
                                 "d={d} n={n} k={k} by order {by_order} layout={which} class {c}"
                             );
-                            for (a, b) in
-                                got.0.iter().chain(&got.1).zip(want.0.iter().chain(&want.1))
-                            {
-                                assert_eq!(a.to_bits(), b.to_bits(), "{what}");
-                            }
+                            assert_same_bits(&got, &want, &what);
                             wants.push(want);
                         }
                         if by_order {
@@ -1893,11 +1912,7 @@ mod tests {
                             blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
                             let what =
                                 format!("centred: d={d} n={n} k={k} layout={which} class {c}");
-                            for (a, b) in
-                                got.0.iter().chain(&got.1).zip(want.0.iter().chain(&want.1))
-                            {
-                                assert_eq!(a.to_bits(), b.to_bits(), "{what}");
-                            }
+                            assert_same_bits(&got, want, &what);
                         }
                         // A plain split after a centred one reads the rows as they are.
                         assert!(blocks.split(view, &labels, k));
@@ -1989,17 +2004,7 @@ mod tests {
                     for (a, b) in means.iter().zip(&want_means) {
                         assert_eq!(a.to_bits(), b.to_bits(), "means: {what}");
                     }
-                    let scale = (0..d).map(|j| want[j * d + j]).fold(1.0, f64::max);
-                    for j in 0..d {
-                        for i in 0..d {
-                            let (a, b) = (got[j * d + i], want[j * d + i]);
-                            assert_eq!(a.to_bits(), got[i * d + j].to_bits(), "symmetry: {what}");
-                            assert!(
-                                (a - b).abs() <= 1e-12 * scale,
-                                "({i}, {j}): {a} vs {b}, {what}"
-                            );
-                        }
-                    }
+                    assert_symmetric_close(&got, &want, d, &what);
                 }
             }
         }
@@ -2054,17 +2059,7 @@ mod tests {
                         }
                         let mut got = vec![f64::NAN; d * d];
                         block.centred_scatter(&mut got, &mut scratch);
-                        let scale = (0..d).map(|j| want[j * d + j]).fold(1.0, f64::max);
-                        for j in 0..d {
-                            for i in 0..d {
-                                let (a, b) = (got[j * d + i], want[j * d + i]);
-                                assert_eq!(a.to_bits(), got[i * d + j].to_bits(), "{what}");
-                                assert!(
-                                    (a - b).abs() <= 1e-12 * scale,
-                                    "({i}, {j}): {a} vs {b}, {what}"
-                                );
-                            }
-                        }
+                        assert_symmetric_close(&got, &want, d, &what);
                     }
                 }
             }

@@ -544,10 +544,12 @@ impl WeightedFit for Checked<GaussianParams> {
                     // Per-class full scatters (QDA) of packed classes centre each class as its
                     // columns are split (`split_centred`); the diagonal and pooled statistics
                     // read the rows as they are.
-                    let finite = if split_packs(k) && kind == ScatterKind::Full && !pooled {
-                        blocks.split_centred(chunk.x, labels, k)
-                    } else if split_packs(k) {
-                        blocks.split(chunk.x, labels, k)
+                    let finite = if split_packs(k) {
+                        if kind == ScatterKind::Full && !pooled {
+                            blocks.split_centred(chunk.x, labels, k)
+                        } else {
+                            blocks.split(chunk.x, labels, k)
+                        }
                     } else {
                         groups.regroup(labels, k);
                         let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();

@@ -619,10 +619,15 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
 /// new matrix: each chunk's rows of `lj` normalised, the same bits.
 fn class_posteriors_into(lj: MatRef<'_, f64>, out: MatMut<'_, f64>) {
     debug_assert_eq!((out.nrows(), out.ncols()), (lj.nrows(), lj.ncols()));
-    run_indexed(row_chunks_mut(out, CHUNK_ROWS), |chunk, mut out| {
-        out.copy_from(lj.subrows(chunk * CHUNK_ROWS, out.nrows()));
-        normalize_chunk(out, true, None);
+    run_indexed(row_chunks_mut(out, CHUNK_ROWS), |chunk, out| {
+        normalised_chunk(lj, chunk, out)
     });
+}
+
+/// Chunk `chunk`'s rows of `lj` (one component per class), normalised into `out`.
+fn normalised_chunk(lj: MatRef<'_, f64>, chunk: usize, mut out: MatMut<'_, f64>) {
+    out.copy_from(lj.subrows(chunk * CHUNK_ROWS, out.nrows()));
+    normalize_chunk(out, true, None);
 }
 
 /// Class-level posteriors from component-level log joints: each row's components normalised
@@ -633,12 +638,10 @@ fn class_posteriors(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: u
     let identity = lj.ncols() == n_classes;
     let (out, _) =
         generative::parallel::build_by_row_chunks(lj.nrows(), n_classes, |chunk, mut out| {
-            let rows = lj.subrows(chunk * CHUNK_ROWS, out.nrows());
             if identity {
-                out.copy_from(rows);
-                normalize_chunk(out, true, None);
+                normalised_chunk(lj, chunk, out);
             } else {
-                let mut r = rows.to_owned();
+                let mut r = lj.subrows(chunk * CHUNK_ROWS, out.nrows()).to_owned();
                 normalize_chunk(r.as_mut(), true, None);
                 for (c, &k) in component_class.iter().enumerate() {
                     for i in 0..r.nrows() {
