@@ -1064,6 +1064,19 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
         other => return Err(format!("expected full, diag or tied, got {other:?}")),
     };
     let (x, y) = gaussian_data(1_000_000, d, k, 0);
+    // `PROFILE_ROW_MAJOR=1` fits the same rows laid out row-major, as `ssl-cli` reads them from a
+    // CSV file (the kernels copy each chunk of them column-major first).
+    let rows = std::env::var("PROFILE_ROW_MAJOR").is_ok_and(|v| v == "1");
+    let x_rows: Mat<f64> = if rows {
+        x.transpose().to_owned()
+    } else {
+        Mat::new()
+    };
+    let x: MatRef<'_, f64> = if rows {
+        x_rows.as_ref().transpose()
+    } else {
+        x.as_ref()
+    };
     let spec = GaussianParams::with_structure(structure)
         .check()
         .map_err(|e| e.to_string())?;

@@ -176,7 +176,9 @@ pub fn row_moments(x: MatRef<'_, f64>) -> SufficientStats {
     let starts: Vec<usize> = (0..n).step_by(CHUNK_ROWS).collect();
     let parts = run_indexed_with(starts, Vec::new, |buffer, _, r0| {
         let mut part = SufficientStats::new(d, ScatterKind::Full);
-        part.accumulate_unweighted(x.subrows(r0, CHUNK_ROWS.min(n - r0)), buffer);
+        density::block::with_column_major(x.subrows(r0, CHUNK_ROWS.min(n - r0)), |x| {
+            part.accumulate_unweighted(x, buffer);
+        });
         part
     });
     let mut total = SufficientStats::new(d, ScatterKind::Full);
@@ -372,11 +374,25 @@ fn fill_chunk<M: GenerativeClassifier + ?Sized>(
     model: &M,
     x: MatRef<'_, f64>,
     r0: usize,
+    chunk: MatMut<'_, f64>,
+    what: Posterior,
+    check: bool,
+) -> Result<()> {
+    // Rows of another layout are copied column-major first (see `with_column_major`).
+    density::block::with_column_major(x.subrows(r0, chunk.nrows()), |xc| {
+        fill_laid_out_chunk(model, xc, r0, chunk, what, check)
+    })
+}
+
+/// [`fill_chunk`] on its rows `xc`, laid out column-major.
+fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    xc: MatRef<'_, f64>,
+    r0: usize,
     mut chunk: MatMut<'_, f64>,
     what: Posterior,
     check: bool,
 ) -> Result<()> {
-    let xc = x.subrows(r0, chunk.nrows());
     let by_scores = check && model.scores_reveal_bad_input();
     if check && !by_scores {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;

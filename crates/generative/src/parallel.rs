@@ -7,7 +7,7 @@
 
 use std::sync::Mutex;
 
-use density::block::column;
+use density::block::{column, with_column_major};
 use faer::{Mat, MatMut, MatRef};
 
 use crate::model::{Responsibilities, WeightedRows, one_hot};
@@ -372,8 +372,9 @@ where
 {
     let set = &sets[s];
     let b = CHUNK_ROWS.min(set.x.nrows() - r0);
-    let x = set.x.subrows(r0, b);
-    match set.resp {
+    // Rows of another layout (row-major, as read from a CSV file) are copied column-major
+    // first: every kernel reads columns.
+    with_column_major(set.x.subrows(r0, b), |x| match set.resp {
         Responsibilities::Dense(resp) => f(
             state,
             Chunk {
@@ -422,7 +423,7 @@ where
                 },
             )
         }
-    }
+    })
 }
 
 /// Up to this many classes, [`LabelGroups`] makes one branch-free pass per class rather than a

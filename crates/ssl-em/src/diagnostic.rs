@@ -183,13 +183,10 @@ fn weighted_class_stats(
                 .collect();
             let weights: Vec<&[f64]> = weights.iter().map(Vec::as_slice).collect();
             let mut part = vec![SufficientStats::new(d, ScatterKind::Full); k];
-            SufficientStats::accumulate_rows_each(
-                &mut part,
-                x.subrows(start, len),
-                &weights,
-                block,
-                buffer,
-            );
+            // Row-major rows (as read from a CSV file) are copied column-major first.
+            density::block::with_column_major(x.subrows(start, len), |x| {
+                SufficientStats::accumulate_rows_each(&mut part, x, &weights, block, buffer);
+            });
             part
         },
     );

@@ -565,3 +565,76 @@ fn the_reported_objective_is_that_of_the_returned_model() {
         }
     }
 }
+
+/// Rows laid out row-major (as `ssl-cli` reads them from a CSV file) fit the model of the same
+/// rows column-major, bit for bit: report, diagnostic and predictions included. The kernels copy
+/// each chunk of other layouts column-major first; d = 9 takes the 8-column transpose and a
+/// column after it, and 9,000 unlabeled rows three chunks, the last one short.
+#[test]
+fn row_major_rows_give_the_bits_of_column_major_rows() {
+    let (d, k, n_l, n_u) = (9, 3, 300, 9_000);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(41);
+    let mut draw = |n: usize| {
+        let y: Vec<usize> = (0..n).map(|i| (i * 7) % k).collect();
+        let x = Mat::from_fn(n, d, |i, j| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            z * (1.0 + 0.1 * j as f64) + (y[i] * (j % 3 + 1)) as f64
+        });
+        (x, y)
+    };
+    let ((xl, yl), (xu, _)) = (draw(n_l), draw(n_u));
+    let counts = |x: &Mat<f64>| Mat::from_fn(x.nrows(), d, |i, j| x[(i, j)].abs().round());
+    let (cl, cu) = (counts(&xl), counts(&xu));
+    /// The fit and its predictions of the unlabeled rows, serialised, from the rows as given
+    /// and from row-major copies.
+    fn both<S: WeightedFit>(
+        spec: S,
+        xl: &Mat<f64>,
+        yl: &[usize],
+        xu: &Mat<f64>,
+        k: usize,
+    ) -> [String; 2]
+    where
+        S::Model: serde::Serialize,
+    {
+        let (xl_rows, xu_rows) = (xl.transpose().to_owned(), xu.transpose().to_owned());
+        let em = SemiSupervisedEm::new(spec, EmParams::default()).unwrap();
+        [
+            (xl.as_ref(), xu.as_ref()),
+            (xl_rows.transpose(), xu_rows.transpose()),
+        ]
+        .map(|(l, u)| {
+            let fit = em.fit(l, yl, k, u).unwrap();
+            let proba = fit.model.predict_proba(u).unwrap();
+            let bits: Vec<u64> = (0..proba.ncols())
+                .flat_map(|c| proba.col(c).iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+                .collect();
+            serde_json::to_string(&(&fit.model, &fit.report, bits)).unwrap()
+        })
+    }
+    for s in [
+        CovarianceStructure::Full,
+        CovarianceStructure::Tied,
+        CovarianceStructure::Diagonal,
+    ] {
+        let spec = GaussianParams::with_structure(s).check().unwrap();
+        let [a, b] = both(spec, &xl, &yl, &xu, k);
+        assert!(a == b, "{s:?}: row-major rows fit another model");
+    }
+    let [a, b] = both(
+        MultinomialNbParams::default().check().unwrap(),
+        &cl,
+        &yl,
+        &cu,
+        k,
+    );
+    assert!(a == b, "multinomial NB: row-major rows fit another model");
+    let [a, b] = both(
+        BernoulliNbParams::default().check().unwrap(),
+        &cl,
+        &yl,
+        &cu,
+        k,
+    );
+    assert!(a == b, "Bernoulli NB: row-major rows fit another model");
+}
