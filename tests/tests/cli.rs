@@ -596,3 +596,65 @@ fn bad_input_unknown_label_at_eval() {
 fn data_file_helper_points_at_shipped_data() {
     assert!(data_file("iris.csv").exists() && data_file("wine.csv").exists());
 }
+
+/// `predict --proba` formats pieces of 16,384 rows in parallel: over 40,000 rows (three pieces)
+/// its output is the two halves' outputs one after the other (pieces cut elsewhere), the same on
+/// 1 and 2 threads, and every line names the class of its largest probability.
+#[test]
+fn predictions_of_many_rows_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    let row = |i: usize| {
+        let t = (i * 7919 % 10_007) as f64 / 10_007.0;
+        format!(
+            "{},{}\n",
+            10.0 * t - 0.5,
+            10.0 * t - 0.5 + (i % 3) as f64 * 0.1
+        )
+    };
+    let file = |name: &str, rows: std::ops::Range<usize>| {
+        let text: String = std::iter::once("a,b\n".to_string())
+            .chain(rows.map(row))
+            .collect();
+        write(dir.path(), name, &text)
+    };
+    let (all, first, second) = (
+        file("all.csv", 0..40_000),
+        file("first.csv", 0..20_000),
+        file("second.csv", 20_000..40_000),
+    );
+    let predict = |data: &str, threads: &str| {
+        let r = run_in(
+            dir.path(),
+            &[
+                "predict",
+                "--model",
+                "m.json",
+                "--data",
+                data,
+                "--proba",
+                "--threads",
+                threads,
+            ],
+            None,
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let whole = predict(&all, "2");
+    assert_eq!(whole, predict(&all, "1"));
+    let halves = predict(&first, "2") + predict(&second, "2").split_once('\n').unwrap().1;
+    assert!(whole == halves, "the rows' predictions moved");
+    let lines: Vec<&str> = whole.lines().collect();
+    assert_eq!(lines.len(), 40_001);
+    assert_eq!(lines[0], "prediction,p_p,p_q");
+    let mut seen = [0usize; 2];
+    for line in &lines[1..] {
+        let f: Vec<&str> = line.split(',').collect();
+        let (p, q): (f64, f64) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        let want = if q > p { "q" } else { "p" };
+        assert_eq!(f[0], want, "{line}");
+        seen[usize::from(want == "q")] += 1;
+    }
+    assert!(seen[0] > 1000 && seen[1] > 1000, "{seen:?}");
+}

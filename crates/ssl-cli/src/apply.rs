@@ -14,6 +14,9 @@ use crate::model_file::ModelFile;
 /// Probabilities below this are clipped in the log-loss (as scikit-learn's `log_loss`).
 const LOG_LOSS_EPS: f64 = 1e-15;
 
+/// Rows of predictions formatted by one task (see [`predict`]).
+const FORMAT_ROWS: usize = 16_384;
+
 fn read_for(model: &ModelFile, path: &str, label: Option<&str>) -> Result<Dataset> {
     read_csv(
         path,
@@ -82,14 +85,30 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
     }
     out.push('\n');
     let names: Vec<String> = model.classes.iter().map(|c| field(c)).collect();
-    for i in 0..p.nrows() {
-        out.push_str(&names[argmax(&p, i)]);
-        if args.proba {
-            for k in 0..p.ncols() {
-                let _ = write!(out, ",{:?}", p[(i, k)]);
+    let lines = |rows: std::ops::Range<usize>| {
+        let mut text = String::new();
+        for i in rows {
+            text.push_str(&names[argmax(&p, i)]);
+            if args.proba {
+                for k in 0..p.ncols() {
+                    let _ = write!(text, ",{:?}", p[(i, k)]);
+                }
             }
+            text.push('\n');
         }
-        out.push('\n');
+        text
+    };
+    // Formatting the probabilities took about 0.15 s of 0.40 s for 1e6 rows of two classes on
+    // one thread: pieces of rows are formatted in parallel, a few at a time (so the pieces'
+    // text is never the whole output's again), and appended in row order.
+    let pieces: Vec<std::ops::Range<usize>> = (0..p.nrows())
+        .step_by(FORMAT_ROWS)
+        .map(|r0| r0..(r0 + FORMAT_ROWS).min(p.nrows()))
+        .collect();
+    for batch in pieces.chunks(4 * rayon::current_num_threads().max(1)) {
+        use rayon::prelude::*;
+        let texts: Vec<String> = batch.par_iter().map(|r| lines(r.clone())).collect();
+        texts.iter().for_each(|t| out.push_str(t));
     }
     match &args.out {
         Some(path) => write_atomic(path, out.as_bytes()),
