@@ -88,7 +88,7 @@ pub fn with_column_major<R>(x: MatRef<'_, f64>, f: impl FnOnce(MatRef<'_, f64>) 
     let mut buf = LAID_OUT.take();
     let out = {
         let y = aligned_prefix(&mut buf, stride * d);
-        transpose_rows(x, y, stride);
+        gather_columns(x, None, None, stride, y);
         f(MatRef::from_column_major_slice_with_stride(
             &y[..],
             n,
@@ -105,19 +105,10 @@ std::thread_local! {
     static LAID_OUT: std::cell::Cell<Vec<f64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Column j of `x` into `y[j · stride..][..n]`: eight rows at a time when `x` is row-major, each
-/// column's eight values one cache line written at once (with AVX-512, an 8 × 8 transpose in
-/// registers).
+/// Column j of the row-major `x` into `y[j · stride..][..n]` ([`gather_columns`] of all rows,
+/// unshifted): eight rows at a time, each column's eight values one cache line written at once
+/// (with AVX-512, an 8 × 8 transpose in registers).
 fn transpose_rows(x: MatRef<'_, f64>, y: &mut [f64], stride: usize) {
-    let (n, d) = (x.nrows(), x.ncols());
-    if x.col_stride() != 1 {
-        for (j, col) in y.chunks_exact_mut(stride).take(d).enumerate() {
-            for (i, v) in col[..n].iter_mut().enumerate() {
-                *v = x[(i, j)];
-            }
-        }
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
     if let Some(simd) = pulp::x86::V4::try_new() {
         let done = transpose_rows_v4(simd, x, y, stride);
@@ -325,6 +316,8 @@ pub(crate) fn gather_columns(
                 }
             }
         }
+    } else if x.col_stride() == 1 && rows.is_none() && shift.is_none() {
+        transpose_rows(x, out, stride);
     } else if x.col_stride() == 1 {
         for t in 0..n {
             let r = rows.map_or(t, |rows| rows[t]);
