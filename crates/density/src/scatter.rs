@@ -1399,7 +1399,6 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
 ) {
     let Centre { w, n, mean, shifts } = centre;
     let (lanes, rows) = (S::F64_LANES, w.len());
-    let column = |j: usize| S::as_simd_f64s(&y[j * stride..j * stride + rows]).0;
     let zero = simd.splat_f64s(0.0);
     // The tiles of the lower triangle, in a fixed order, with their accumulators.
     let tile_list: Vec<(usize, usize)> = (0..cols)
@@ -1466,38 +1465,34 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
                 }
             }
         }
-        fn view<S: pulp::Simd>(buf: &[f64], from: usize, len: usize) -> &[S::f64s] {
-            S::as_simd_f64s(&buf[from..from + len]).0
-        }
+        // Column j of the pass starts `j · step` vectors after `base`: the block's own columns
+        // for unit weights, else the pass buffers (`weighted` for the tile's first factor,
+        // `centred` for its second).
+        let (a_base, b_base, step) = if UNIT {
+            debug_assert_eq!(stride % lanes, 0);
+            let col0 = S::as_simd_f64s(y).0;
+            (&col0[v0..], &col0[v0..], stride / lanes)
+        } else {
+            (
+                S::as_simd_f64s(&weighted[..]).0,
+                S::as_simd_f64s(&centred[..]).0,
+                pass,
+            )
+        };
         for (&(j0, k0), acc) in tile_list.iter().zip(saved_v.chunks_exact_mut(TK * TILE_J)) {
-            let yj: [&[S::f64s]; TILE_J] = std::array::from_fn(|i| {
-                if UNIT {
-                    &column(j0 + i)[v0..v1]
-                } else {
-                    view::<S>(weighted, (j0 + i) * pass_rows, len * lanes)
-                }
-            });
-            let yk: [&[S::f64s]; TK] = std::array::from_fn(|i| {
-                if UNIT {
-                    &column(k0 + i)[v0..v1]
-                } else {
-                    view::<S>(centred, (k0 + i) * pass_rows, len * lanes)
-                }
-            });
             let mut a_acc: [[S::f64s; TK]; TILE_J] = if v0 == 0 {
                 [[zero; TK]; TILE_J]
             } else {
                 std::array::from_fn(|i| std::array::from_fn(|kk| acc[i * TK + kk]))
             };
-            for v in 0..len {
-                let a: [S::f64s; TILE_J] = std::array::from_fn(|i| yj[i][v]);
-                for kk in 0..TK {
-                    let b = yk[kk][v];
-                    for i in 0..TILE_J {
-                        a_acc[i][kk] = simd.mul_add_f64s(a[i], b, a_acc[i][kk]);
-                    }
-                }
-            }
+            tile_products(
+                simd,
+                &a_base[j0 * step..],
+                &b_base[k0 * step..],
+                step,
+                len,
+                &mut a_acc,
+            );
             for i in 0..TILE_J {
                 for kk in 0..TK {
                     acc[i * TK + kk] = a_acc[i][kk];
@@ -1524,6 +1519,53 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     if !UNIT {
         PASS_BUFFER.set(buffer);
     }
+}
+
+/// `acc[i][kk]` += Σ_{v < len} `a[i · step + v]` · `b[kk · step + v]`, each accumulator's
+/// multiply-adds in the order of v: one tile of [`tiles`] over one pass of rows.
+///
+/// Why raw reads: with a slice per column (eight of them at TK = 4), the loop kept their
+/// pointers on the stack and recomputed each one every step (about twenty scalar instructions
+/// beside sixteen multiply-adds); one base per factor and a fixed step need three registers.
+#[inline(always)]
+fn tile_products<S: pulp::Simd, const TK: usize>(
+    simd: S,
+    a: &[S::f64s],
+    b: &[S::f64s],
+    step: usize,
+    len: usize,
+    acc: &mut [[S::f64s; TK]; TILE_J],
+) {
+    const { assert!(TILE_J == 4) };
+    if len == 0 {
+        return;
+    }
+    // Every read below is inside the slices: the last is a[(TILE_J − 1) · step + len − 1] and
+    // b[(TK − 1) · step + len − 1].
+    assert!((TILE_J - 1) * step + len <= a.len() && (TK - 1) * step + len <= b.len());
+    let (a, b) = (a.as_ptr(), b.as_ptr());
+    let mut r = *acc;
+    for v in 0..len {
+        // SAFETY: v < len, so each offset is below the bound asserted above for its slice.
+        #[allow(unsafe_code)]
+        let av: [S::f64s; TILE_J] = unsafe {
+            [
+                *a.add(v),
+                *a.add(step + v),
+                *a.add(2 * step + v),
+                *a.add(3 * step + v),
+            ]
+        };
+        for kk in 0..TK {
+            // SAFETY: as above, kk < TK and v < len.
+            #[allow(unsafe_code)]
+            let bv = unsafe { *b.add(kk * step + v) };
+            for i in 0..TILE_J {
+                r[i][kk] = simd.mul_add_f64s(av[i], bv, r[i][kk]);
+            }
+        }
+    }
+    *acc = r;
 }
 
 std::thread_local! {
