@@ -552,6 +552,31 @@ impl RowBlock {
         });
     }
 
+    /// [`RowBlock::weighted_mean_and_scatter`] for each of `classes` (weights, total, and where
+    /// its mean and scatter go), each with the bits of that call alone, the block read once for
+    /// a group of classes rather than once per class: their means four classes per read of a
+    /// column ([`weighted_sums`]), their scatters a pass of rows at a time for the whole group
+    /// ([`tiles_each`]). The block is not changed.
+    pub fn weighted_means_and_scatters(
+        &mut self,
+        classes: &mut [ClassMoments<'_>],
+        scratch: &mut Vec<f64>,
+    ) {
+        let cols = self.d.div_ceil(TILE_J) * TILE_J;
+        let y = crate::block::aligned_prefix(&mut self.buf, cols * self.stride);
+        for group in classes.chunks_mut(CLASSES_PER_READ) {
+            debug_assert!(group.iter().all(|c| c.weights.len() == self.n));
+            pulp::Arch::new().dispatch(LaidEach {
+                y,
+                stride: self.stride,
+                n: self.n,
+                d: self.d,
+                classes: group,
+                scratch,
+            });
+        }
+    }
+
     /// Each class's weighted mean (class c at `means[c·d..(c + 1)·d]`, the bits of
     /// [`RowBlock::weighted_mean_and_scatter`] with `weights[c]`; zeros when `totals[c]` is not
     /// positive) and the pooled scatter Σ_c Σ_t w_ct (y_t − m_c)(y_t − m_c)ᵀ (d × d
@@ -595,6 +620,91 @@ impl RowBlock {
             scatter,
             scratch,
         });
+    }
+}
+
+/// One weighting of a [`RowBlock`]'s rows for [`RowBlock::weighted_means_and_scatters`]:
+/// `weights` (one per row, ≥ 0) summing to `total > 0`, and where its mean (length d) and
+/// scatter (d × d column-major, both triangles) go.
+#[derive(Debug)]
+pub struct ClassMoments<'a> {
+    pub weights: &'a [f64],
+    pub total: f64,
+    pub mean: &'a mut [f64],
+    pub scatter: &'a mut [f64],
+}
+
+/// Classes whose scatters share the reads of a block ([`RowBlock::weighted_means_and_scatters`]):
+/// their accumulators wait in L2 between passes (139 KB a class at d = 64).
+const CLASSES_PER_READ: usize = 4;
+
+/// [`RowBlock::weighted_means_and_scatters`]' kernel for one group of classes.
+struct LaidEach<'a, 'c> {
+    y: &'a [f64],
+    stride: usize,
+    n: usize,
+    d: usize,
+    classes: &'a mut [ClassMoments<'c>],
+    scratch: &'a mut Vec<f64>,
+}
+
+impl pulp::WithSimd for LaidEach<'_, '_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let LaidEach {
+            y,
+            stride,
+            n,
+            d,
+            classes,
+            scratch,
+        } = self;
+        // Each class's weights as `Source::Laid` reads them: whole vectors, negligible weights
+        // zero, the padding rows zero.
+        let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+        debug_assert!(rows <= stride);
+        let k = classes.len();
+        let w_all = crate::block::aligned_prefix(scratch, k * rows);
+        for (w, class) in w_all.chunks_exact_mut(rows).zip(classes.iter()) {
+            copy_weights(&mut w[..n], class.weights, class.total);
+            w[n..].fill(0.0);
+        }
+        let w_all = &*w_all;
+        let wv = |c: usize| S::as_simd_f64s(&w_all[c * rows..(c + 1) * rows]).0;
+        // The means, each the bits of `weighted_scatter`'s `weighted_sum`.
+        for j in 0..d {
+            let (yv, _) = S::as_simd_f64s(&y[j * stride..j * stride + rows]);
+            let mut c = 0;
+            while c + 4 <= k {
+                let sums =
+                    weighted_sums::<S, 4>(simd, [wv(c), wv(c + 1), wv(c + 2), wv(c + 3)], yv);
+                for (g, s) in sums.into_iter().enumerate() {
+                    classes[c + g].mean[j] = s / classes[c + g].total;
+                }
+                c += 4;
+            }
+            for c in c..k {
+                classes[c].mean[j] = weighted_sum(simd, wv(c), yv) / classes[c].total;
+            }
+        }
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        let (mut centres, mut outs) = (Vec::with_capacity(k), Vec::with_capacity(k));
+        for (c, class) in classes.iter_mut().enumerate() {
+            centres.push(Centre {
+                w: &w_all[c * rows..(c + 1) * rows],
+                n,
+                mean: &*class.mean,
+                shifts: None,
+            });
+            outs.push(&mut *class.scatter);
+        }
+        if S::REGISTER_COUNT >= 32 {
+            tiles_each::<S, 4, false>(simd, y, stride, d, cols, &centres, &mut outs);
+        } else {
+            tiles_each::<S, 2, false>(simd, y, stride, d, cols, &centres, &mut outs);
+        }
     }
 }
 
@@ -1397,8 +1507,33 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     centre: Centre<'_>,
     out: &mut [f64],
 ) {
-    let Centre { w, n, mean, shifts } = centre;
-    let (lanes, rows) = (S::F64_LANES, w.len());
+    tiles_each::<S, TK, UNIT>(simd, y, stride, d, cols, &[centre], &mut [out]);
+}
+
+/// [`tiles`] for several weightings of the same block (`centres[c]` into `outs[c]`, every
+/// `centres[c].w` as long), each pass of rows read from the block for all of them in turn
+/// while it is in cache. Each class's multiply-adds are those [`tiles`] does for it alone, in
+/// the same order, so each result has the bits of a call for that class alone.
+///
+/// Why: a soft M-step's classes, and the dominance diagnostic's, are K weightings of one block
+/// (4096 rows × 64 columns is 2 MB, the whole L2 here). Class after class, each one read the
+/// block again from L3; pass after pass, a pass of 128 rows (64 KB at d = 64) is read once.
+#[inline(always)]
+fn tiles_each<S: pulp::Simd, const TK: usize, const UNIT: bool>(
+    simd: S,
+    y: &[f64],
+    stride: usize,
+    d: usize,
+    cols: usize,
+    centres: &[Centre<'_>],
+    outs: &mut [&mut [f64]],
+) {
+    debug_assert_eq!(centres.len(), outs.len());
+    let Some(first) = centres.first() else {
+        return;
+    };
+    let (lanes, rows) = (S::F64_LANES, first.w.len());
+    debug_assert!(centres.iter().all(|c| c.w.len() == rows));
     let zero = simd.splat_f64s(0.0);
     // The tiles of the lower triangle, in a fixed order, with their accumulators.
     let tile_list: Vec<(usize, usize)> = (0..cols)
@@ -1412,11 +1547,13 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     // used inside a closure: one there was compiled without the dispatch's target features
     // (LDA fit at d = 64, K = 10 took 17 times as long).
     let mut store = SAVED.take();
-    let need = tile_list.len() * TK * TILE_J * lanes;
+    let per_class = tile_list.len() * TK * TILE_J * lanes;
+    let need = per_class * centres.len();
     if store.len() < need {
         store.resize(need, 0.0);
     }
     let (saved_v, _) = S::as_mut_simd_f64s(&mut store[..need]);
+    let per_class = per_class / lanes;
     let pass = (if UNIT { PASS_ROWS } else { WEIGHTED_PASS_ROWS } / lanes).max(1);
     let pass_rows = pass * lanes;
     // The pass's centred columns, then their weighted copies (256 KB each at d = 64), in a
@@ -1432,70 +1569,73 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
         let v1 = (v0 + pass).min(rows / lanes);
         let len = v1 - v0;
         let (r0, r1) = (v0 * lanes, v1 * lanes);
-        if !UNIT {
-            let valid = n.clamp(r0, r1) - r0;
-            for j in 0..cols {
-                // Padding columns (j ≥ d) are zero and stay so.
-                let m = mean.get(j).copied().unwrap_or(0.0);
-                let src = &y[j * stride + r0..j * stride + r1];
-                let c = &mut centred[j * pass_rows..j * pass_rows + (r1 - r0)];
-                for (c, v) in c[..valid].iter_mut().zip(src) {
-                    *c = v - m;
-                }
-                if let Some(RowShifts {
-                    shares,
-                    points,
-                    k,
-                    d,
-                }) = shifts
-                    && j < d
-                {
-                    for class in 0..k {
-                        let p = points[class * d + j];
-                        let share = &shares[class * rows + r0..class * rows + r0 + valid];
-                        for (c, s) in c[..valid].iter_mut().zip(share) {
-                            *c -= s * p;
+        for (centre, saved) in centres.iter().zip(saved_v.chunks_exact_mut(per_class)) {
+            let Centre { w, n, mean, shifts } = *centre;
+            if !UNIT {
+                let valid = n.clamp(r0, r1) - r0;
+                for j in 0..cols {
+                    // Padding columns (j ≥ d) are zero and stay so.
+                    let m = mean.get(j).copied().unwrap_or(0.0);
+                    let src = &y[j * stride + r0..j * stride + r1];
+                    let c = &mut centred[j * pass_rows..j * pass_rows + (r1 - r0)];
+                    for (c, v) in c[..valid].iter_mut().zip(src) {
+                        *c = v - m;
+                    }
+                    if let Some(RowShifts {
+                        shares,
+                        points,
+                        k,
+                        d,
+                    }) = shifts
+                        && j < d
+                    {
+                        for class in 0..k {
+                            let p = points[class * d + j];
+                            let share = &shares[class * rows + r0..class * rows + r0 + valid];
+                            for (c, s) in c[..valid].iter_mut().zip(share) {
+                                *c -= s * p;
+                            }
                         }
                     }
-                }
-                c[valid..].fill(0.0);
-                let wc = &mut weighted[j * pass_rows..j * pass_rows + (r1 - r0)];
-                for ((o, c), wt) in wc.iter_mut().zip(&*c).zip(&w[r0..r1]) {
-                    *o = wt * c;
+                    c[valid..].fill(0.0);
+                    let wc = &mut weighted[j * pass_rows..j * pass_rows + (r1 - r0)];
+                    for ((o, c), wt) in wc.iter_mut().zip(&*c).zip(&w[r0..r1]) {
+                        *o = wt * c;
+                    }
                 }
             }
-        }
-        // Column j of the pass starts `j · step` vectors after `base`: the block's own columns
-        // for unit weights, else the pass buffers (`weighted` for the tile's first factor,
-        // `centred` for its second).
-        let (a_base, b_base, step) = if UNIT {
-            debug_assert_eq!(stride % lanes, 0);
-            let col0 = S::as_simd_f64s(y).0;
-            (&col0[v0..], &col0[v0..], stride / lanes)
-        } else {
-            (
-                S::as_simd_f64s(&weighted[..]).0,
-                S::as_simd_f64s(&centred[..]).0,
-                pass,
-            )
-        };
-        for (&(j0, k0), acc) in tile_list.iter().zip(saved_v.chunks_exact_mut(TK * TILE_J)) {
-            let mut a_acc: [[S::f64s; TK]; TILE_J] = if v0 == 0 {
-                [[zero; TK]; TILE_J]
+            // Column j of the pass starts `j · step` vectors after `base`: the block's own
+            // columns for unit weights, else the pass buffers (`weighted` for the tile's first
+            // factor, `centred` for its second).
+            let (a_base, b_base, step) = if UNIT {
+                debug_assert_eq!(stride % lanes, 0);
+                let col0 = S::as_simd_f64s(y).0;
+                (&col0[v0..], &col0[v0..], stride / lanes)
             } else {
-                std::array::from_fn(|i| std::array::from_fn(|kk| acc[i * TK + kk]))
+                (
+                    S::as_simd_f64s(&weighted[..]).0,
+                    S::as_simd_f64s(&centred[..]).0,
+                    pass,
+                )
             };
-            tile_products(
-                simd,
-                &a_base[j0 * step..],
-                &b_base[k0 * step..],
-                step,
-                len,
-                &mut a_acc,
-            );
-            for i in 0..TILE_J {
-                for kk in 0..TK {
-                    acc[i * TK + kk] = a_acc[i][kk];
+            for (&(j0, k0), acc) in tile_list.iter().zip(saved.chunks_exact_mut(TK * TILE_J)) {
+                let mut a_acc: [[S::f64s; TK]; TILE_J] = if v0 == 0 {
+                    [[zero; TK]; TILE_J]
+                } else {
+                    std::array::from_fn(|i| std::array::from_fn(|kk| acc[i * TK + kk]))
+                };
+                tile_products(
+                    simd,
+                    &a_base[j0 * step..],
+                    &b_base[k0 * step..],
+                    step,
+                    len,
+                    &mut a_acc,
+                );
+                for i in 0..TILE_J {
+                    for kk in 0..TK {
+                        acc[i * TK + kk] = a_acc[i][kk];
+                    }
                 }
             }
         }
@@ -1503,14 +1643,16 @@ fn tiles<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     if rows / lanes == 0 {
         saved_v.fill(zero);
     }
-    for (&(j0, k0), acc) in tile_list.iter().zip(saved_v.chunks_exact(TK * TILE_J)) {
-        for i in 0..TILE_J {
-            for kk in 0..TK {
-                let (j, k) = (j0 + i, k0 + kk);
-                if j < d && k <= j {
-                    let s = simd.reduce_sum_f64s(acc[i * TK + kk]);
-                    out[k * d + j] = s;
-                    out[j * d + k] = s;
+    for (out, saved) in outs.iter_mut().zip(saved_v.chunks_exact(per_class)) {
+        for (&(j0, k0), acc) in tile_list.iter().zip(saved.chunks_exact(TK * TILE_J)) {
+            for i in 0..TILE_J {
+                for kk in 0..TK {
+                    let (j, k) = (j0 + i, k0 + kk);
+                    if j < d && k <= j {
+                        let s = simd.reduce_sum_f64s(acc[i * TK + kk]);
+                        out[k * d + j] = s;
+                        out[j * d + k] = s;
+                    }
                 }
             }
         }
@@ -1621,6 +1763,70 @@ mod tests {
             }
         }
         (mean, s)
+    }
+
+    /// Several classes through one block give each class the bits of its own call, over groups
+    /// of [`CLASSES_PER_READ`] and a remainder, with weights that are zero, negligible or
+    /// uneven, and they are the two-pass formula's values.
+    #[test]
+    fn classes_sharing_a_block_get_the_bits_of_one_class_at_a_time() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut block = RowBlock::new();
+        let mut scratch = Vec::new();
+        for (n, d) in [(1usize, 1usize), (9, 3), (130, 17), (301, 5), (64, 64)] {
+            let mut g = || -> f64 { StandardNormal.sample(&mut rng) };
+            let x = Mat::from_fn(n, d, |_, j| 50.0 * j as f64 + g());
+            for k in [1usize, 4, 6, 9] {
+                let weights: Vec<Vec<f64>> = (0..k)
+                    .map(|c| {
+                        (0..n)
+                            .map(|i| match (i + c) % 7 {
+                                0 => 0.0,
+                                1 => 1e-300,
+                                _ => (((i * 31 + c * 17) % 97) as f64 + 0.5) / (c + 1) as f64,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let totals: Vec<f64> = weights.iter().map(|w| w.iter().sum()).collect();
+                if totals.iter().any(|&t| t <= 0.0) {
+                    continue;
+                }
+                block.load(x.as_ref());
+                let mut means = vec![vec![f64::NAN; d]; k];
+                let mut scatters = vec![vec![f64::NAN; d * d]; k];
+                let mut classes: Vec<ClassMoments<'_>> = means
+                    .iter_mut()
+                    .zip(scatters.iter_mut())
+                    .enumerate()
+                    .map(|(c, (mean, scatter))| ClassMoments {
+                        weights: &weights[c],
+                        total: totals[c],
+                        mean,
+                        scatter,
+                    })
+                    .collect();
+                block.weighted_means_and_scatters(&mut classes, &mut scratch);
+                for c in 0..k {
+                    let mut want = (vec![0.0; d], vec![0.0; d * d]);
+                    block.weighted_mean_and_scatter(
+                        &weights[c],
+                        totals[c],
+                        &mut want.0,
+                        &mut want.1,
+                        &mut scratch,
+                    );
+                    let got = (means[c].clone(), scatters[c].clone());
+                    let what = format!("n = {n}, d = {d}, class {c} of {k}");
+                    assert_same_bits(&got, &want, &what);
+                    let exact = reference(x.as_ref(), &weights[c]);
+                    for j in 0..d {
+                        assert!((got.0[j] - exact.0[j]).abs() <= 1e-9 * (1.0 + exact.0[j].abs()));
+                    }
+                    assert_symmetric_close(&got.1, &exact.1, d, &what);
+                }
+            }
+        }
     }
 
     #[test]

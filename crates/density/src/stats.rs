@@ -218,11 +218,12 @@ impl SufficientStats {
         block: &mut crate::scatter::RowBlock,
         buffer: &mut Vec<f64>,
     ) {
-        let mut loaded = false;
         // Diagonal statistics with weights mostly non-zero: all such classes together, each
         // piece of rows read once for all of them (`diagonal_moments_each`), when there are
-        // at least [`TOGETHER_MIN_CLASSES`].
+        // at least [`TOGETHER_MIN_CLASSES`]. Full ones with weights mostly non-zero: laid out
+        // once in `block`, their means and scatters sharing its reads.
         let (mut together, mut totals) = (Vec::new(), Vec::new());
+        let mut laid = Vec::new();
         for (c, (st, w)) in stats.iter_mut().zip(weights).enumerate() {
             debug_assert_eq!(w.len(), x.nrows());
             let total = crate::numerics::sum(w);
@@ -236,12 +237,23 @@ impl SufficientStats {
                 st.accumulate_rows(x, w, buffer);
                 continue;
             }
-            if !loaded {
-                block.load(x);
-                loaded = true;
-            }
             st.weight = total;
-            block.weighted_mean_and_scatter(w, total, &mut st.mean, &mut st.scatter, buffer);
+            laid.push(c);
+        }
+        if !laid.is_empty() {
+            block.load(x);
+            let mut classes: Vec<crate::scatter::ClassMoments<'_>> = stats
+                .iter_mut()
+                .enumerate()
+                .filter(|(c, _)| laid.contains(c))
+                .map(|(c, st)| crate::scatter::ClassMoments {
+                    weights: weights[c],
+                    total: st.weight,
+                    mean: &mut st.mean,
+                    scatter: &mut st.scatter,
+                })
+                .collect();
+            block.weighted_means_and_scatters(&mut classes, buffer);
         }
         // With few classes, one at a time takes each column's squares while its sums left it in
         // L1, and reads the block no more often than the two passes over it together do.
