@@ -534,22 +534,15 @@ impl RowBlock {
         scatter: &mut [f64],
         scratch: &mut Vec<f64>,
     ) {
-        debug_assert_eq!(weights.len(), self.n);
-        let cols = self.d.div_ceil(TILE_J) * TILE_J;
-        let y = crate::block::aligned_prefix(&mut self.buf, cols * self.stride);
-        pulp::Arch::new().dispatch(Kernel {
-            source: Source::Laid {
-                y,
-                stride: self.stride,
-                n: self.n,
-                d: self.d,
+        self.weighted_means_and_scatters(
+            &mut [ClassMoments {
                 weights,
-            },
-            total,
-            mean,
-            scatter,
+                total,
+                mean,
+                scatter,
+            }],
             scratch,
-        });
+        );
     }
 
     /// [`RowBlock::weighted_mean_and_scatter`] for each of `classes` (weights, total, and where
@@ -661,8 +654,9 @@ impl pulp::WithSimd for LaidEach<'_, '_> {
             classes,
             scratch,
         } = self;
-        // Each class's weights as `Source::Laid` reads them: whole vectors, negligible weights
-        // zero, the padding rows zero.
+        // Each class's weights as the kernel reads copied rows' (`Source::Rows`): whole
+        // vectors, negligible weights zero, the padding rows zero. A row block's stride is a
+        // multiple of 8, so of every vector width.
         let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
         debug_assert!(rows <= stride);
         let k = classes.len();
@@ -1224,15 +1218,6 @@ enum Source<'a> {
         n: usize,
         d: usize,
     },
-    /// The rows of a [`RowBlock`] (column j is `y[j · stride..]`, `n` rows then zeros), with
-    /// `weights`: read, never changed.
-    Laid {
-        y: &'a [f64],
-        stride: usize,
-        n: usize,
-        d: usize,
-        weights: &'a [f64],
-    },
 }
 
 struct Kernel<'a> {
@@ -1287,22 +1272,6 @@ impl pulp::WithSimd for Kernel<'_> {
                 w[..n].fill(1.0);
                 w[n..].fill(0.0);
                 centre_and_scatter(simd, y, stride, w, n, d, total, mean, scatter);
-            }
-            Source::Laid {
-                y,
-                stride,
-                n,
-                d,
-                weights,
-            } => {
-                // As the rows of `Rows`, the same vectors read: a row block's stride is a
-                // multiple of 8, so of every vector width.
-                let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
-                debug_assert!(rows <= stride);
-                let w = crate::block::aligned_prefix(scratch, rows);
-                copy_weights(&mut w[..n], weights, total);
-                w[n..].fill(0.0);
-                weighted_scatter(simd, y, stride, w, n, d, total, mean, scatter);
             }
         }
     }

@@ -224,7 +224,7 @@ impl SufficientStats {
         // once in `block`, their means and scatters sharing its reads.
         let (mut together, mut totals) = (Vec::new(), Vec::new());
         let mut laid = Vec::new();
-        for (c, (st, w)) in stats.iter_mut().zip(weights).enumerate() {
+        for (c, (st, &w)) in stats.iter_mut().zip(weights).enumerate() {
             debug_assert_eq!(w.len(), x.nrows());
             let total = crate::numerics::sum(w);
             if st.kind == ScatterKind::Diagonal && total > 0.0 && !mostly_zero(w) {
@@ -238,22 +238,16 @@ impl SufficientStats {
                 continue;
             }
             st.weight = total;
-            laid.push(c);
+            laid.push(crate::scatter::ClassMoments {
+                weights: w,
+                total,
+                mean: &mut st.mean,
+                scatter: &mut st.scatter,
+            });
         }
         if !laid.is_empty() {
             block.load(x);
-            let mut classes: Vec<crate::scatter::ClassMoments<'_>> = stats
-                .iter_mut()
-                .enumerate()
-                .filter(|(c, _)| laid.contains(c))
-                .map(|(c, st)| crate::scatter::ClassMoments {
-                    weights: weights[c],
-                    total: st.weight,
-                    mean: &mut st.mean,
-                    scatter: &mut st.scatter,
-                })
-                .collect();
-            block.weighted_means_and_scatters(&mut classes, buffer);
+            block.weighted_means_and_scatters(&mut laid, buffer);
         }
         // With few classes, one at a time takes each column's squares while its sums left it in
         // L1, and reads the block no more often than the two passes over it together do.
