@@ -317,20 +317,7 @@ pub trait GenerativeClassifier: Send + Sync {
         what: Posterior,
         check: bool,
     ) -> Result<()> {
-        check_features(self, x)?;
-        if out.nrows() != x.nrows() || out.ncols() != self.n_classes() {
-            return Err(GenerativeError::DimensionMismatch {
-                what: "output rows × classes",
-                expected: x.nrows() * self.n_classes(),
-                got: out.nrows() * out.ncols(),
-            });
-        }
-        // Each chunk is checked by the worker that computes it; the first error in chunk order
-        // is reported, so messages do not depend on the thread count.
-        let checks: Vec<Result<()>> = run_indexed(row_chunks_mut(out, CHUNK_ROWS), |c, chunk| {
-            fill_chunk(self, x, c * CHUNK_ROWS, chunk, what, check)
-        });
-        checks.into_iter().collect()
+        log_joint_pass_then(self, x, out, what, check, |_, _| ()).map(|_| ())
     }
 
     /// ln p(y = k | x_i) (n × K). Never NaN: a row whose joint is −∞ for every class is uniform.
@@ -354,6 +341,45 @@ pub trait GenerativeClassifier: Send + Sync {
         let lj = self.log_joint(x)?;
         Ok(row_log_sum_exp(lj.as_ref()).iter().sum())
     }
+}
+
+/// The pass of [`GenerativeClassifier::log_joint_into`] (or its `_prechecked` form, without
+/// `check`) with a step of the caller's on each chunk: `then(c, chunk)` runs on chunk `c`'s
+/// rows of `out` right after they are written, while they are in cache, and its results come
+/// back in chunk order (chunks of [`CHUNK_ROWS`] rows, as every pass).
+///
+/// Why: EM's E-step turns each chunk of joints into responsibilities, the objective's terms and
+/// column sums. As a second pass it read the n × K joints back from memory; at K = 10 and
+/// d = 2 that pass took twice as long as the joints themselves (BENCHMARKS.md, thirty-sixth
+/// round).
+pub fn log_joint_pass_then<M, T, F>(
+    model: &M,
+    x: MatRef<'_, f64>,
+    out: MatMut<'_, f64>,
+    what: Posterior,
+    check: bool,
+    then: F,
+) -> Result<Vec<T>>
+where
+    M: GenerativeClassifier + ?Sized,
+    T: Send,
+    F: Fn(usize, MatMut<'_, f64>) -> T + Sync,
+{
+    check_features(model, x)?;
+    if out.nrows() != x.nrows() || out.ncols() != model.n_classes() {
+        return Err(GenerativeError::DimensionMismatch {
+            what: "output rows × classes",
+            expected: x.nrows() * model.n_classes(),
+            got: out.nrows() * out.ncols(),
+        });
+    }
+    // Each chunk is checked by the worker that computes it; the first error in chunk order is
+    // reported, so messages do not depend on the thread count.
+    let parts: Vec<Result<T>> = run_indexed(row_chunks_mut(out, CHUNK_ROWS), |c, mut chunk| {
+        fill_chunk(model, x, c * CHUNK_ROWS, chunk.as_mut(), what, check)?;
+        Ok(then(c, chunk))
+    });
+    parts.into_iter().collect()
 }
 
 /// `x` has the model's number of features.

@@ -10,7 +10,7 @@ use std::ops::Range;
 use faer::{Mat, MatMut, MatRef};
 
 use density::numerics::log_sum_exp;
-use generative::model::{Posterior, normalize_chunk, row_moments};
+use generative::model::{Posterior, log_joint_pass_then, normalize_chunk, row_moments};
 use generative::parallel::{CHUNK_ROWS, row_chunks_mut, run_indexed};
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
@@ -43,35 +43,57 @@ pub(crate) struct Run<M> {
     pub warnings: Vec<String>,
     /// Labeled + λ·unlabeled log-likelihood at the final θ (no smoothing prior).
     pub log_lik: f64,
-    /// The unlabeled rows' component log joints at the final θ (n_u × components), from
-    /// which [`Run::unlabeled_posteriors`] are taken.
-    unlabeled_log_joints: Mat<f64>,
-    /// The last E-step's unlabeled responsibilities, no longer needed: a buffer of the same
-    /// shape, into which the posteriors are written.
-    spare: Mat<f64>,
+    /// What the unlabeled rows' class posteriors at the final θ are taken from.
+    last_estep: LastEstep,
     component_class: Vec<usize>,
     n_classes: usize,
 }
 
+/// What a run keeps of its last E-step on the unlabeled rows (n_u × components).
+enum LastEstep {
+    /// Soft EM: the component posteriors themselves. The E-step writes them unscaled and takes
+    /// the λ-weighted responsibilities from them before each M-step, so after the last E-step
+    /// (which no M-step follows) they are the posteriors at the final θ.
+    Posteriors(Mat<f64>),
+    /// Hard EM: the component log joints (its assignments are their row maxima), and the
+    /// responsibilities' buffer, no longer needed, into which the posteriors are written.
+    LogJoints {
+        log_joints: Mat<f64>,
+        spare: Mat<f64>,
+    },
+}
+
 impl<M> Run<M> {
-    /// Class-level posteriors of the unlabeled rows at the final θ (n_u × K).
+    /// Class-level posteriors of the unlabeled rows at the final θ (n_u × K), taken out of the
+    /// run: a second call finds its buffers gone and returns an empty matrix.
     ///
-    /// Why on demand, into a spare buffer: only the dominance diagnostic reads them. Every run
-    /// (each fold and λ of a cross-validation, each component count of a BIC search) used to
-    /// form them in a fresh n_u × K matrix as it returned, and at n = 1e6, K = 10 a fresh 80 MB
-    /// matrix costs the kernel's clearing of its pages, which on a virtual machine can take
-    /// longer than an EM iteration (BENCHMARKS.md, thirty-third round). With one component per
-    /// class they are the responsibilities' buffer, overwritten.
-    pub fn unlabeled_posteriors(&mut self) -> Mat<f64> {
-        let lj = self.unlabeled_log_joints.as_ref();
-        if lj.ncols() == self.n_classes && self.spare.nrows() == lj.nrows() {
-            // The spare buffer has the log joints' shape (the responsibilities').
-            debug_assert_eq!(self.spare.ncols(), lj.ncols());
-            let mut out = std::mem::replace(&mut self.spare, Mat::new());
-            class_posteriors_into(lj, out.as_mut());
-            return out;
+    /// Why on demand, out of the run's own buffers: only the dominance diagnostic reads them.
+    /// Every run (each fold and λ of a cross-validation, each component count of a BIC search)
+    /// used to form them in a fresh n_u × K matrix as it returned, and at n = 1e6, K = 10 a
+    /// fresh 80 MB matrix costs the kernel's clearing of its pages, which on a virtual machine
+    /// can take longer than an EM iteration (BENCHMARKS.md, thirty-third round). With one
+    /// component per class they are the last E-step's buffer itself (soft EM) or written into
+    /// the responsibilities' buffer (hard EM).
+    pub fn take_unlabeled_posteriors(&mut self) -> Mat<f64> {
+        let identity = self.component_class.len() == self.n_classes;
+        match &mut self.last_estep {
+            LastEstep::Posteriors(p) => {
+                let p = std::mem::replace(p, Mat::new());
+                if identity {
+                    return p;
+                }
+                class_sums(p.as_ref(), &self.component_class, self.n_classes)
+            }
+            LastEstep::LogJoints { log_joints, spare } => {
+                let lj = std::mem::replace(log_joints, Mat::new());
+                let mut spare = std::mem::replace(spare, Mat::new());
+                if identity && spare.nrows() == lj.nrows() {
+                    class_posteriors_into(lj.as_ref(), spare.as_mut());
+                    return spare;
+                }
+                class_posteriors(lj.as_ref(), &self.component_class, self.n_classes)
+            }
         }
-        class_posteriors(lj, &self.component_class, self.n_classes)
     }
 }
 
@@ -174,7 +196,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             None
         } else {
             let sup = self.spec.fit(x_l, y_l, n_classes)?;
-            let posteriors = run.unlabeled_posteriors();
+            let posteriors = run.take_unlabeled_posteriors();
             Some(diagnose(
                 &data,
                 lambda,
@@ -229,12 +251,20 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         // One component per class: the labeled rows' responsibilities are their labels.
         let one_hot_labels = (kc == n_classes).then_some(y_l);
         let mut resp_l = Mat::<f64>::zeros(x_l.nrows(), kc);
+        let hard = self.params.mode == EmMode::Hard;
         // The unlabeled rows' buffers are zeroed in parallel: they are the run's first touch of
-        // 2 · n_u × K fresh values, whose page faults `Mat::zeros` takes on one thread.
+        // n_u × K fresh values (twice that in hard EM), whose page faults `Mat::zeros` takes on
+        // one thread.
         let mut resp_u = generative::parallel::zeros(x_u.nrows(), kc);
-        // Buffers reused by every E-step.
+        // Buffers reused by every E-step. Soft EM scores the unlabeled rows into `resp_u` and
+        // normalises each chunk there while it is in cache (`estep_all`); only hard EM keeps
+        // their log joints apart.
         let mut lj_l = Mat::<f64>::zeros(x_l.nrows(), kc);
-        let mut lj_u = generative::parallel::zeros(x_u.nrows(), kc);
+        let mut lj_u = if hard {
+            generative::parallel::zeros(x_u.nrows(), kc)
+        } else {
+            Mat::new()
+        };
 
         // Initial θ: the labeled-only fit, split into components by k-means where m_k > 1.
         let mut model = self.initial_model(
@@ -252,7 +282,6 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let mut iterations = 0;
         let mut previous: Option<f64> = None;
         let mut previous_assign: Option<Vec<usize>> = None;
-        let hard = self.params.mode == EmMode::Hard;
         // The labeled and unlabeled rows' count, mean and scatter, if the model asks for them.
         let mut shared_moments = None;
         let log_lik = loop {
@@ -263,19 +292,23 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             // over each set, for the objective, comes from the set's moments, computed once
             // (`shared_term_sum`).
             let components = model.components();
-            if iterations == 0 {
-                components.log_joint_into(x_l, lj_l.as_mut(), Posterior::JointLessShared)?;
-                components.log_joint_into(x_u, lj_u.as_mut(), Posterior::JointLessShared)?;
-            } else {
-                components.log_joint_into_prechecked(
-                    x_l,
-                    lj_l.as_mut(),
-                    Posterior::JointLessShared,
-                )?;
-                components.log_joint_into_prechecked(
+            let check = iterations == 0;
+            log_joint_pass_then(
+                components,
+                x_l,
+                lj_l.as_mut(),
+                Posterior::JointLessShared,
+                check,
+                |_, _| (),
+            )?;
+            if hard {
+                log_joint_pass_then(
+                    components,
                     x_u,
                     lj_u.as_mut(),
                     Posterior::JointLessShared,
+                    check,
+                    |_, _| (),
                 )?;
             }
             let (shared_l, shared_u) = if components.splits_shared_term() {
@@ -301,7 +334,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                 let w = (0..kc).map(|c| resp_u.col(c).iter().sum::<f64>()).collect();
                 (u, w)
             } else {
-                estep_all(lj_u.as_ref(), resp_u.as_mut(), lambda)
+                estep_all(components, x_u, resp_u.as_mut(), lambda, check)?
             };
             let unlabeled = unlabeled + shared_u;
             let objective = labeled + lambda * unlabeled + model.log_prior_penalty();
@@ -338,6 +371,11 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             }
             previous = Some(objective);
             previous_assign = assign;
+            if !hard && lambda != 1.0 {
+                // The M-step's weights are λ times the posteriors `estep_all` left in `resp_u`
+                // (the products whose sums it returned).
+                scale_rows(resp_u.as_mut(), lambda);
+            }
             // M-step: one weighted closed-form fit over both sets.
             match self
                 .spec
@@ -362,8 +400,14 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             converged,
             warnings,
             log_lik,
-            unlabeled_log_joints: lj_u,
-            spare: resp_u,
+            last_estep: if hard {
+                LastEstep::LogJoints {
+                    log_joints: lj_u,
+                    spare: resp_u,
+                }
+            } else {
+                LastEstep::Posteriors(resp_u)
+            },
             component_class,
             n_classes,
         })
@@ -581,29 +625,53 @@ where
 }
 
 /// The soft E-step of [`estep`] when every component is allowed for every row (the unlabeled
-/// rows): the chunk normalisation that predictions use (one vectorised exponential per entry),
-/// then the scale. Returns Σ_i ln Σ_c p(x_i, c) and the column sums of the responsibilities,
-/// both summed in chunk order.
-fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Vec<f64>) {
-    let k = lj.ncols();
-    let parts: Vec<(f64, Vec<f64>)> =
-        run_indexed(row_chunks_mut(resp, CHUNK_ROWS), |chunk, mut r| {
+/// rows), in the pass that scores them: each chunk's joints (less the shared term), written into
+/// `resp`, are normalised there while in cache (the normalisation predictions use, one
+/// vectorised exponential per entry). Leaves the posteriors in `resp` unscaled; the M-step's
+/// weights are `scale` times them ([`scale_rows`], unless `scale` is 1). Returns
+/// Σ_i ln Σ_c p(x_i, c) and the column sums of the weights, both summed in chunk order.
+///
+/// Why one pass: scoring into a separate n × K buffer and normalising a copy of it read the
+/// joints back from memory and wrote them twice; at n = 1e6, d = 2, K = 10 that took twice as
+/// long as scoring (BENCHMARKS.md, thirty-sixth round).
+fn estep_all<M: GenerativeClassifier + ?Sized>(
+    components: &M,
+    x: MatRef<'_, f64>,
+    resp: MatMut<'_, f64>,
+    scale: f64,
+    check: bool,
+) -> Result<(f64, Vec<f64>)> {
+    let k = resp.ncols();
+    let parts = log_joint_pass_then(
+        components,
+        x,
+        resp,
+        Posterior::JointLessShared,
+        check,
+        |_, mut r| {
             let b = r.nrows();
-            r.copy_from(lj.subrows(chunk * CHUNK_ROWS, b));
             let mut log_norm = vec![0.0; b];
             normalize_chunk(r.as_mut(), true, Some(&mut log_norm));
             // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
             let acc: f64 = log_norm.iter().map(|v| v.max(-f64::MAX)).sum();
-            let col_sums = (0..k)
+            // The weights' sums, each the sum of the products `scale_rows` will write (with a
+            // scale of 1, the posteriors themselves).
+            let mut weights = Vec::new();
+            let col_sums: Vec<f64> = (0..k)
                 .map(|c| {
                     density::block::with_column_mut(r.as_mut(), c, |col| {
-                        col.iter_mut().for_each(|v| *v *= scale);
-                        density::numerics::sum(col)
+                        if scale == 1.0 {
+                            return density::numerics::sum(col);
+                        }
+                        weights.clear();
+                        weights.extend(col.iter().map(|v| v * scale));
+                        density::numerics::sum(&weights)
                     })
                 })
                 .collect();
             (acc, col_sums)
-        });
+        },
+    )?;
     let mut total = 0.0;
     let mut sums = vec![0.0; k];
     for (acc, cs) in &parts {
@@ -612,7 +680,34 @@ fn estep_all(lj: MatRef<'_, f64>, resp: MatMut<'_, f64>, scale: f64) -> (f64, Ve
             *s += v;
         }
     }
-    (total, sums)
+    Ok((total, sums))
+}
+
+/// `m *= scale` entry by entry, in parallel over fixed chunks of rows.
+fn scale_rows(m: MatMut<'_, f64>, scale: f64) {
+    run_indexed(row_chunks_mut(m, CHUNK_ROWS), |_, mut r| {
+        for c in 0..r.ncols() {
+            density::block::with_column_mut(r.as_mut(), c, |col| {
+                col.iter_mut().for_each(|v| *v *= scale)
+            });
+        }
+    });
+}
+
+/// Class-level sums of component posteriors (n × components, component `c` of class
+/// `component_class[c]`), in parallel over fixed chunks: for each class, its components added in
+/// component order, as [`class_posteriors`] adds them.
+fn class_sums(p: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
+    let (out, _) =
+        generative::parallel::build_by_row_chunks(p.nrows(), n_classes, |chunk, mut out| {
+            let r = p.subrows(chunk * CHUNK_ROWS, out.nrows());
+            for (c, &k) in component_class.iter().enumerate() {
+                for i in 0..r.nrows() {
+                    out[(i, k)] += r[(i, c)];
+                }
+            }
+        });
+    out
 }
 
 /// With one component per class, [`class_posteriors`] written into `out` (n × K) rather than a
@@ -718,7 +813,7 @@ mod tests {
     /// with one component per class, a new matrix with two), are the class posteriors of its
     /// final log joints, bit for bit, on one thread and on two.
     #[test]
-    fn run_posteriors_are_the_class_posteriors_of_its_final_log_joints() {
+    fn run_posteriors_are_the_class_posteriors_of_its_final_model() {
         use generative::{CovarianceStructure, GaussianParams, HyperParams};
         let n_u = 2 * CHUNK_ROWS + 301;
         let point = |i: usize, j: usize| {
@@ -726,8 +821,11 @@ mod tests {
             h + 3.0 * ((i + j) % 3) as f64
         };
         let x_u = Mat::from_fn(n_u, 2, point);
-        let x_l = Mat::from_fn(60, 2, point);
-        let y_l: Vec<usize> = (0..60).map(|i| i % 3).collect();
+        // Labeled rows 40, 10 and 10 of the three classes (the unlabeled rows are balanced), so
+        // that the class weights below depend on λ.
+        let source: Vec<usize> = (0..30).chain((10..40).map(|i| 3 * i)).collect();
+        let x_l = Mat::from_fn(source.len(), 2, |r, j| point(source[r], j));
+        let y_l: Vec<usize> = source.iter().map(|i| i % 3).collect();
         let data = Data {
             x_l: x_l.as_ref(),
             y_l: &y_l,
@@ -737,41 +835,75 @@ mod tests {
         let spec = GaussianParams::with_structure(CovarianceStructure::Diagonal)
             .check()
             .unwrap();
-        let em = SemiSupervisedEm::new(
-            spec,
-            EmParams {
-                max_iter: 3,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let mut first: Option<Vec<u64>> = None;
-        for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            for components in [vec![1, 1, 1], vec![2, 1, 2]] {
-                let mut run = pool
-                    .install(|| em.run(&data, 0.5, &components, &mut |_| {}))
-                    .unwrap();
-                let classes = component_classes(&components);
-                let want = class_posteriors(run.unlabeled_log_joints.as_ref(), &classes, 3);
-                let got = pool.install(|| run.unlabeled_posteriors());
-                assert_eq!((got.nrows(), got.ncols()), (n_u, 3));
-                let bits: Vec<u64> = (0..3)
-                    .flat_map(|k| (0..n_u).map(move |i| (i, k)))
-                    .map(|(i, k)| {
-                        assert_eq!(got[(i, k)].to_bits(), want[(i, k)].to_bits(), "({i}, {k})");
-                        got[(i, k)].to_bits()
-                    })
-                    .collect();
-                let row_sum = (0..3).map(|k| got[(17, k)]).sum::<f64>();
-                assert!((row_sum - 1.0).abs() < 1e-12, "row 17 sums to {row_sum}");
-                if components == [1, 1, 1] {
-                    match &first {
-                        None => first = Some(bits),
-                        Some(f) => assert!(f == &bits, "1 and 2 threads differ"),
+        for mode in [EmMode::Soft, EmMode::Hard] {
+            let em = SemiSupervisedEm::new(
+                spec.clone(),
+                EmParams {
+                    max_iter: 3,
+                    mode,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            // λ = 1 keeps the posteriors as the M-step's weights; λ = 0.5 scales them before
+            // each M-step, after the E-step that took their sums.
+            for lambda in [0.5, 1.0] {
+                let mut first: Option<Vec<u64>> = None;
+                for threads in [1, 2] {
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .build()
+                        .unwrap();
+                    for components in [vec![1, 1, 1], vec![2, 1, 2]] {
+                        let mut run = pool
+                            .install(|| em.run(&data, lambda, &components, &mut |_| {}))
+                            .unwrap();
+                        // The reference: the final model's component log joints of the
+                        // unlabeled rows, scored apart from the run, then normalised.
+                        let mixture = &run.model;
+                        let mut lj = Mat::<f64>::zeros(n_u, mixture.components().n_classes());
+                        mixture
+                            .components()
+                            .log_joint_into(x_u.as_ref(), lj.as_mut(), Posterior::JointLessShared)
+                            .unwrap();
+                        let classes = component_classes(&components);
+                        let want = class_posteriors(lj.as_ref(), &classes, 3);
+                        let got = pool.install(|| run.take_unlabeled_posteriors());
+                        assert_eq!((got.nrows(), got.ncols()), (n_u, 3));
+                        let bits: Vec<u64> = (0..3)
+                            .flat_map(|k| (0..n_u).map(move |i| (i, k)))
+                            .map(|(i, k)| {
+                                assert_eq!(
+                                    got[(i, k)].to_bits(),
+                                    want[(i, k)].to_bits(),
+                                    "{mode:?}, λ = {lambda}, {components:?}: ({i}, {k})"
+                                );
+                                got[(i, k)].to_bits()
+                            })
+                            .collect();
+                        let row_sum = (0..3).map(|k| got[(17, k)]).sum::<f64>();
+                        assert!((row_sum - 1.0).abs() < 1e-12, "row 17 sums to {row_sum}");
+                        // The last record's class weights are the last E-step's: the labeled
+                        // rows' counts plus λ times the unlabeled rows' posterior sums.
+                        if mode == EmMode::Soft && components == [1, 1, 1] {
+                            let weights = &run.trace.last().unwrap().class_weights;
+                            let total = y_l.len() as f64 + lambda * n_u as f64;
+                            for (k, w) in weights.iter().enumerate() {
+                                let labeled = y_l.iter().filter(|&&y| y == k).count() as f64;
+                                let unlabeled: f64 = (0..n_u).map(|i| got[(i, k)]).sum();
+                                let want = (labeled + lambda * unlabeled) / total;
+                                assert!(
+                                    (w - want).abs() < 1e-12,
+                                    "λ = {lambda}: class {k} weighs {w}, not {want}"
+                                );
+                            }
+                        }
+                        if components == [1, 1, 1] {
+                            match &first {
+                                None => first = Some(bits),
+                                Some(f) => assert!(f == &bits, "1 and 2 threads differ"),
+                            }
+                        }
                     }
                 }
             }
