@@ -26,7 +26,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma, Poisson, StandardNormal};
 use rayon::prelude::*;
-use ssl_em::{EmParams, SemiSupervisedEm};
+use ssl_em::{EmParams, Lambda, SemiSupervisedEm};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -1084,11 +1084,19 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
     // Check that the timed runs really iterate (no early stop, no collapsed component).
     let xl = Mat::from_fn(k * (2 * d + 5), d, |i, j| x[(i, j)]);
     let yl: Vec<usize> = y[..k * (2 * d + 5)].to_vec();
+    // `PROFILE_LAMBDA=x` weighs the unlabeled rows by x (1 by default) in this fit.
+    let lambda = match std::env::var("PROFILE_LAMBDA") {
+        Ok(v) => v
+            .parse::<f64>()
+            .map_err(|e| format!("PROFILE_LAMBDA={v:?}: {e}"))?,
+        Err(_) => 1.0,
+    };
     let em = SemiSupervisedEm::new(
         spec.clone(),
         EmParams {
             max_iter: 3,
             tol: 0.0,
+            lambda: Lambda::Fixed(lambda),
             ..Default::default()
         },
     )
