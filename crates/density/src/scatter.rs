@@ -1501,8 +1501,33 @@ fn tiles_each<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     let Some(first) = centres.first() else {
         return;
     };
+    debug_assert!(centres.iter().all(|c| c.w.len() == first.w.len()));
+    if centres.iter().all(|c| c.shifts.is_none()) {
+        match d {
+            1 => return small_triangles_each::<S, 1, UNIT>(simd, y, stride, centres, outs),
+            2 => return small_triangles_each::<S, 2, UNIT>(simd, y, stride, centres, outs),
+            3 => return small_triangles_each::<S, 3, UNIT>(simd, y, stride, centres, outs),
+            _ => {}
+        }
+    }
+    register_tiles_each::<S, TK, UNIT>(simd, y, stride, d, cols, centres, outs);
+}
+
+/// [`tiles_each`] in TILE_J × TK register tiles, for any number of columns.
+#[inline(always)]
+fn register_tiles_each<S: pulp::Simd, const TK: usize, const UNIT: bool>(
+    simd: S,
+    y: &[f64],
+    stride: usize,
+    d: usize,
+    cols: usize,
+    centres: &[Centre<'_>],
+    outs: &mut [&mut [f64]],
+) {
+    let Some(first) = centres.first() else {
+        return;
+    };
     let (lanes, rows) = (S::F64_LANES, first.w.len());
-    debug_assert!(centres.iter().all(|c| c.w.len() == rows));
     let zero = simd.splat_f64s(0.0);
     // The tiles of the lower triangle, in a fixed order, with their accumulators.
     let tile_list: Vec<(usize, usize)> = (0..cols)
@@ -1629,6 +1654,90 @@ fn tiles_each<S: pulp::Simd, const TK: usize, const UNIT: bool>(
     SAVED.set(store);
     if !UNIT {
         PASS_BUFFER.set(buffer);
+    }
+}
+
+/// [`tiles_each`] for `D` ≤ 3 columns without row shifts: the D(D + 1)/2 sums of the lower
+/// triangle held in registers over every row, each row vector centred and weighted in
+/// registers. Each sum is the chain of multiply-adds that [`tiles_each`]' tile gives it (the
+/// weighted deviation of column j times the deviation of column k, k ≤ j, one vector of rows
+/// after another; rows from `n` on centred to zero), reduced the same way, so the bits are the
+/// same.
+///
+/// Why: [`tiles_each`] pads the columns to a whole tile (4 × 4 accumulators) and copies each pass
+/// of rows, centred and weighted, into buffers first. At d = 2 three of its sixteen multiply-adds
+/// are used, and the copies of four columns (two of them padding) cost as much again: the weighted
+/// scatters of 4096 rows for 10 classes ran at 3.6 GFLOP/s on one thread (EM's M-step at
+/// d = 2, K = 10 was half of an iteration).
+#[inline(always)]
+fn small_triangles_each<S: pulp::Simd, const D: usize, const UNIT: bool>(
+    simd: S,
+    y: &[f64],
+    stride: usize,
+    centres: &[Centre<'_>],
+    outs: &mut [&mut [f64]],
+) {
+    let lanes = S::F64_LANES;
+    let zero = simd.splat_f64s(0.0);
+    for (centre, out) in centres.iter().zip(outs.iter_mut()) {
+        let vectors = centre.w.len() / lanes;
+        let rows = vectors * lanes;
+        let columns: [&[S::f64s]; D] =
+            std::array::from_fn(|j| S::as_simd_f64s(&y[j * stride..j * stride + rows]).0);
+        let w = S::as_simd_f64s(&centre.w[..rows]).0;
+        let mean: [S::f64s; D] =
+            std::array::from_fn(|j| simd.splat_f64s(if UNIT { 0.0 } else { centre.mean[j] }));
+        let mut acc = [[zero; D]; D];
+        let mut add = |c: [S::f64s; D], wv: S::f64s| {
+            let a: [S::f64s; D] = if UNIT {
+                c
+            } else {
+                std::array::from_fn(|j| simd.mul_f64s(wv, c[j]))
+            };
+            for j in 0..D {
+                for k in 0..=j {
+                    acc[j][k] = simd.mul_add_f64s(a[j], c[k], acc[j][k]);
+                }
+            }
+        };
+        // Unit weights read the block as it is (centred, zero past the data); weighted rows
+        // are centred here, in whole vectors while every row is data.
+        let whole = if UNIT {
+            vectors
+        } else {
+            (centre.n / lanes).min(vectors)
+        };
+        for v in 0..whole {
+            let c: [S::f64s; D] = if UNIT {
+                std::array::from_fn(|j| columns[j][v])
+            } else {
+                std::array::from_fn(|j| simd.sub_f64s(columns[j][v], mean[j]))
+            };
+            add(c, w[v]);
+        }
+        for v in whole..vectors {
+            // The vector holding row `n`, and those past it: rows from `n` on are zero.
+            let mut lanes_of = [[0.0f64; 16]; D];
+            for (j, lane) in lanes_of.iter_mut().enumerate() {
+                for (l, value) in lane[..lanes].iter_mut().enumerate() {
+                    let row = v * lanes + l;
+                    if row < centre.n {
+                        *value = y[j * stride + row] - centre.mean[j];
+                    }
+                }
+            }
+            let c: [S::f64s; D] =
+                std::array::from_fn(|j| S::as_simd_f64s(&lanes_of[j][..lanes]).0[0]);
+            add(c, w[v]);
+        }
+        let d = D;
+        for j in 0..D {
+            for k in 0..=j {
+                let s = simd.reduce_sum_f64s(acc[j][k]);
+                out[k * d + j] = s;
+                out[j * d + k] = s;
+            }
+        }
     }
 }
 
@@ -1793,6 +1902,147 @@ mod tests {
                         assert!((got.0[j] - exact.0[j]).abs() <= 1e-9 * (1.0 + exact.0[j].abs()));
                     }
                     assert_symmetric_close(&got.1, &exact.1, d, &what);
+                }
+            }
+        }
+    }
+
+    /// Runs [`tiles_each`] (which takes `small_triangles_each` for d ≤ 3) and
+    /// [`register_tiles_each`] on the same block and weightings.
+    struct BothTiles<'a> {
+        y: &'a [f64],
+        stride: usize,
+        d: usize,
+        centres: &'a [Centre<'a>],
+        unit: bool,
+    }
+
+    impl pulp::WithSimd for BothTiles<'_> {
+        type Output = (Vec<Vec<f64>>, Vec<Vec<f64>>);
+
+        fn with_simd<S: pulp::Simd>(self, simd: S) -> Self::Output {
+            let BothTiles {
+                y,
+                stride,
+                d,
+                centres,
+                unit,
+            } = self;
+            let cols = d.div_ceil(TILE_J) * TILE_J;
+            let run = |small: bool| {
+                let mut outs = vec![vec![f64::NAN; d * d]; centres.len()];
+                let mut refs: Vec<&mut [f64]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                match (small, unit) {
+                    (true, true) => {
+                        tiles_each::<S, 2, true>(simd, y, stride, d, cols, centres, &mut refs)
+                    }
+                    (true, false) => {
+                        tiles_each::<S, 2, false>(simd, y, stride, d, cols, centres, &mut refs)
+                    }
+                    (false, true) => register_tiles_each::<S, 2, true>(
+                        simd, y, stride, d, cols, centres, &mut refs,
+                    ),
+                    (false, false) => register_tiles_each::<S, 2, false>(
+                        simd, y, stride, d, cols, centres, &mut refs,
+                    ),
+                }
+                outs
+            };
+            (run(true), run(false))
+        }
+    }
+
+    #[test]
+    fn small_triangles_have_the_bits_of_the_register_tiles() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for d in 1..=3usize {
+            for n in [1usize, 7, 8, 9, 130, 301, 1031] {
+                // Columns padded to whole tiles and rows to a multiple of 8, as a block is; the
+                // padding rows hold NaN, which the weighted path must not read as data.
+                let stride = n.div_ceil(8) * 8;
+                let cols = d.div_ceil(TILE_J) * TILE_J;
+                let mut g = || -> f64 { StandardNormal.sample(&mut rng) };
+                let mut y = vec![0.0; cols * stride];
+                for j in 0..d {
+                    for i in 0..stride {
+                        y[j * stride + i] = if i < n {
+                            1e3 * j as f64 + g()
+                        } else {
+                            f64::NAN
+                        };
+                    }
+                }
+                let weights: Vec<Vec<f64>> = (0..3)
+                    .map(|c| {
+                        (0..stride)
+                            .map(|i| match (i + c) % 5 {
+                                _ if i >= n => 0.0,
+                                0 => 0.0,
+                                _ => (((i * 31 + c * 17) % 97) as f64 + 0.5) / (c + 1) as f64,
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let means: Vec<Vec<f64>> = (0..3)
+                    .map(|c| (0..d).map(|j| 1e3 * j as f64 + 0.1 * c as f64).collect())
+                    .collect();
+                let centres: Vec<Centre<'_>> = (0..3)
+                    .map(|c| Centre {
+                        w: &weights[c],
+                        n,
+                        mean: &means[c],
+                        shifts: None,
+                    })
+                    .collect();
+                let (small, tiled) = pulp::Arch::new().dispatch(BothTiles {
+                    y: &y,
+                    stride,
+                    d,
+                    centres: &centres,
+                    unit: false,
+                });
+                for (c, (a, b)) in small.iter().zip(&tiled).enumerate() {
+                    for (e, (a, b)) in a.iter().zip(b).enumerate() {
+                        assert!(a.is_finite(), "d = {d}, n = {n}, class {c}, entry {e}: {a}");
+                        assert_eq!(
+                            a.to_bits(),
+                            b.to_bits(),
+                            "d = {d}, n = {n}, class {c}, entry {e}"
+                        );
+                    }
+                }
+                // Unit weights: the block centred, zero past the data.
+                let mut centred = y.clone();
+                for j in 0..d {
+                    for i in 0..stride {
+                        centred[j * stride + i] = if i < n {
+                            y[j * stride + i] - means[0][j]
+                        } else {
+                            0.0
+                        };
+                    }
+                }
+                let ones: Vec<f64> = (0..stride).map(|i| if i < n { 1.0 } else { 0.0 }).collect();
+                let unit = [Centre {
+                    w: &ones,
+                    n: stride,
+                    mean: &[],
+                    shifts: None,
+                }];
+                let (small, tiled) = pulp::Arch::new().dispatch(BothTiles {
+                    y: &centred,
+                    stride,
+                    d,
+                    centres: &unit,
+                    unit: true,
+                });
+                for (e, (a, b)) in small[0].iter().zip(&tiled[0]).enumerate() {
+                    assert!(a.is_finite(), "unit, d = {d}, n = {n}, entry {e}: {a}");
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "unit, d = {d}, n = {n}, entry {e}"
+                    );
                 }
             }
         }
