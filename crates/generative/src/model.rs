@@ -467,12 +467,18 @@ const NORMALIZE_BLOCK: usize = 128;
 /// whose maximum is not finite (all −∞, or +∞) take the exact path of
 /// [`log_normalize_in_place`].
 ///
-/// With `log_normalizers`, also writes ln Σ_k exp(m[i, k]) of each row there (EM's objective).
-pub fn normalize_chunk(m: MatMut<'_, f64>, probability: bool, log_normalizers: Option<&mut [f64]>) {
+/// With `log_normalizer_sum`, also adds Σ_i ln Σ_k exp(m[i, k]) over the chunk's rows to it
+/// (EM's objective), a row whose entries are all −∞ counting as −f64::MAX. The logarithms are
+/// taken of products of the rows' sums over groups of rows ([`log_sum_of_rows`]), not one per row.
+pub fn normalize_chunk(
+    m: MatMut<'_, f64>,
+    probability: bool,
+    log_normalizer_sum: Option<&mut f64>,
+) {
     pulp::Arch::new().dispatch(NormalizeChunk {
         m,
         probability,
-        log_normalizers,
+        log_normalizer_sum,
     });
 }
 
@@ -481,7 +487,7 @@ pub fn normalize_chunk(m: MatMut<'_, f64>, probability: bool, log_normalizers: O
 struct NormalizeChunk<'a> {
     m: MatMut<'a, f64>,
     probability: bool,
-    log_normalizers: Option<&'a mut [f64]>,
+    log_normalizer_sum: Option<&'a mut f64>,
 }
 
 impl pulp::WithSimd for NormalizeChunk<'_> {
@@ -492,16 +498,17 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
         let NormalizeChunk {
             mut m,
             probability,
-            mut log_normalizers,
+            mut log_normalizer_sum,
         } = self;
         let b = m.nrows();
         let mut r0 = 0;
         while r0 < b {
             let len = NORMALIZE_BLOCK.min(b - r0);
-            let norms = log_normalizers
-                .as_deref_mut()
-                .map(|out| &mut out[r0..r0 + len]);
-            normalize_block(m.as_mut().subrows_mut(r0, len), probability, norms);
+            normalize_block(
+                m.as_mut().subrows_mut(r0, len),
+                probability,
+                log_normalizer_sum.as_deref_mut(),
+            );
             r0 += len;
         }
     }
@@ -512,7 +519,7 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
 fn normalize_block(
     mut m: MatMut<'_, f64>,
     probability: bool,
-    mut log_normalizers: Option<&mut [f64]>,
+    log_normalizer_sum: Option<&mut f64>,
 ) {
     let (b, k) = (m.nrows(), m.ncols());
     debug_assert!(b <= NORMALIZE_BLOCK);
@@ -553,45 +560,77 @@ fn normalize_block(
             *v = 0.0;
         }
     }
+    // Each row's Σ_k exp(m[i, k] − shift_i), in [1, k] where the shift is finite.
+    let mut sum = [0.0; NORMALIZE_BLOCK];
+    let sum = &mut sum[..b];
     // Two classes: the same bits with one exponential per row.
-    let done = k == 2
-        && probability
-        && log_normalizers.is_none()
-        && two_class_probabilities(&mut m, shift);
+    let done = k == 2 && probability && two_class_probabilities(&mut m, shift, sum);
     if !done {
-        exponentiate_and_normalize(
-            m.as_mut(),
-            shift,
-            probability,
-            log_normalizers.as_deref_mut(),
-        );
+        exponentiate_and_normalize(m.as_mut(), shift, probability, sum);
     }
+    let mut special_norms = 0.0;
     for (i, mut row) in special {
         let log_norm = log_normalize_in_place(&mut row);
-        if let Some(out) = log_normalizers.as_deref_mut() {
-            out[i] = log_norm;
-        }
+        special_norms += log_norm.max(-f64::MAX);
+        // Counted above; out of the product below (its shift is 0).
+        sum[i] = 1.0;
         for j in 0..k {
             m[(i, j)] = if probability { row[j].exp() } else { row[j] };
         }
     }
+    if let Some(total) = log_normalizer_sum {
+        *total += log_sum_of_rows(shift, sum, k) + special_norms;
+    }
+}
+
+/// Σ_i (`shift[i]` + ln `sum[i]`) for a block's rows, each `sum[i]` in [1, k], with one
+/// logarithm per group of rows: the product of a group's sums, in eight partial products, stays
+/// below 2^1000 (k^group ≤ 2^1000).
+///
+/// Why: EM's objective needs the sum of every row's log normaliser, and a logarithm per row
+/// (the standard library's, scalar) took longer than the rest of the E-step at K = 2: the
+/// E-step at d = 2, K = 2 was 6.1–6.8 ms against 1.6 ms for a prediction's pass
+/// (BENCHMARKS.md, thirty-sixth round). The group's product has a relative rounding error of at
+/// most about `group` units in the last place, so each group's logarithm is off by at most about
+/// 1.4e-14; the objective sums a million terms of magnitude one or more.
+#[inline(always)]
+fn log_sum_of_rows(shift: &[f64], sum: &[f64], k: usize) -> f64 {
+    let bits_per_row = (k.max(2) as f64).log2();
+    let group = ((1000.0 / bits_per_row) as usize).clamp(8, NORMALIZE_BLOCK) / 8 * 8;
+    let mut logs = 0.0;
+    for rows in sum.chunks(group) {
+        let mut partial = [1.0f64; 8];
+        let whole = rows.chunks_exact(8);
+        let rest = whole.remainder();
+        for v in whole {
+            for l in 0..8 {
+                partial[l] *= v[l];
+            }
+        }
+        for (p, v) in partial.iter_mut().zip(rest) {
+            *p *= v;
+        }
+        let product = ((partial[0] * partial[1]) * (partial[2] * partial[3]))
+            * ((partial[4] * partial[5]) * (partial[6] * partial[7]));
+        logs += product.ln();
+    }
+    density::numerics::sum(shift) + logs
 }
 
 /// [`normalize_block`]'s general path for rows with a finite `shift` (their maximum): each
-/// entry's exponential after the shift, then each row scaled by 1 / Σ (`probability`) or
-/// shifted by ln Σ, with ln Σ + shift written to `log_normalizers` when given.
+/// entry's exponential after the shift, summed per row into `sum` (zero on entry), then each
+/// row scaled by 1 / Σ (`probability`) or shifted by ln Σ.
 #[inline(always)]
 fn exponentiate_and_normalize(
     mut m: MatMut<'_, f64>,
     shift: &[f64],
     probability: bool,
-    log_normalizers: Option<&mut [f64]>,
+    sum: &mut [f64],
 ) {
     let (b, k) = (m.nrows(), m.ncols());
+    debug_assert_eq!(sum.len(), b);
     let mut tmp = [0.0; NORMALIZE_BLOCK];
     let tmp = &mut tmp[..b];
-    let mut sum = [0.0; NORMALIZE_BLOCK];
-    let sum = &mut sum[..b];
     for j in 0..k {
         let mut col = m.as_mut().col_mut(j);
         let col = col
@@ -615,11 +654,6 @@ fn exponentiate_and_normalize(
                     }
                 }
             }
-        }
-    }
-    if let Some(out) = log_normalizers {
-        for ((o, mx), sm) in out.iter_mut().zip(shift.iter()).zip(sum.iter()) {
-            *o = mx + sm.ln();
         }
     }
     if probability {
@@ -665,10 +699,11 @@ fn exponentiate_and_normalize(
 /// columns are contiguous (returns false, touching nothing, when not). The arithmetic is the
 /// general path's: the larger score's exponential is exp(0) = 1 exactly, so Σ = 1 + e with
 /// e = exp(smaller − larger), the larger posterior is 1 · (1 / Σ) and the smaller e · (1 / Σ);
-/// the bits are the same, with half the exponentials. Rows with a non-finite maximum (whose
-/// `shift` is 0) get meaningless values here and are redone by the caller.
+/// the bits are the same, with half the exponentials. Each row's Σ goes to `sum`. Rows with a
+/// non-finite maximum (whose `shift` is 0) get meaningless values here and are redone by the
+/// caller.
 #[inline(always)]
-fn two_class_probabilities(m: &mut MatMut<'_, f64>, shift: &[f64]) -> bool {
+fn two_class_probabilities(m: &mut MatMut<'_, f64>, shift: &[f64], sum: &mut [f64]) -> bool {
     let (left, right) = m.as_mut().split_at_col_mut(1);
     let (Some(c0), Some(c1)) = (
         left.col_mut(0).try_as_col_major_mut(),
@@ -684,8 +719,10 @@ fn two_class_probabilities(m: &mut MatMut<'_, f64>, shift: &[f64]) -> bool {
         *e = a.min(*b) - mx;
     }
     exp_nonpositive_in_place(e);
-    for ((a, b), e) in c0.iter_mut().zip(c1.iter_mut()).zip(e.iter()) {
-        let f = 1.0 / (1.0 + e);
+    for (((a, b), e), s) in c0.iter_mut().zip(c1.iter_mut()).zip(e.iter()).zip(sum) {
+        // The general path's row sum: exp(0) = 1 and e, in either order.
+        *s = 1.0 + e;
+        let f = 1.0 / *s;
         let small = e * f;
         (*a, *b) = if *a >= *b { (f, small) } else { (small, f) };
     }
@@ -789,16 +826,22 @@ mod tests {
         ];
         for probability in [false, true] {
             let mut m = Mat::from_fn(rows.len(), 3, |i, j| rows[i][j]);
-            let mut log_norm = vec![0.0; rows.len()];
-            normalize_chunk(m.as_mut(), probability, Some(&mut log_norm));
+            let mut log_norm_sum = 0.0;
+            normalize_chunk(m.as_mut(), probability, Some(&mut log_norm_sum));
+            let mut want_sum = 0.0;
             for (i, r) in rows.iter().enumerate() {
                 let mut want = r.to_vec();
-                let want_norm = log_normalize_in_place(&mut want);
+                // A row of −∞ counts as −f64::MAX in the sum.
+                let want_norm = log_normalize_in_place(&mut want).max(-f64::MAX);
+                want_sum += want_norm;
+                // Each row alone: its own normaliser.
+                let mut alone = Mat::from_fn(1, 3, |_, j| r[j]);
+                let mut norm = 0.0;
+                normalize_chunk(alone.as_mut(), probability, Some(&mut norm));
                 assert!(
-                    log_norm[i] == want_norm
-                        || (log_norm[i] - want_norm).abs() <= 4.0 * f64::EPSILON * want_norm.abs(),
-                    "row {i}: normaliser {} vs {want_norm}",
-                    log_norm[i]
+                    norm == want_norm
+                        || (norm - want_norm).abs() <= 4.0 * f64::EPSILON * want_norm.abs(),
+                    "row {i}: normaliser {norm} vs {want_norm}"
                 );
                 for j in 0..3 {
                     let w = if probability { want[j].exp() } else { want[j] };
@@ -809,6 +852,51 @@ mod tests {
                         "row {i} col {j}: {got} vs {w} (probability: {probability})"
                     );
                 }
+            }
+            // Rows 1 and 2 have +∞ normalisers, row 0 −f64::MAX: the sum is +∞.
+            assert_eq!(log_norm_sum, want_sum, "the chunk's sum");
+        }
+    }
+
+    /// The chunk's sum of log normalisers takes one logarithm per group of rows (the product of
+    /// their sums): against each row's own log-sum-exp, for class counts whose groups are the
+    /// whole block (K ≤ 225) and shorter (K = 300, 5000), with scores up to ±800 apart, over
+    /// blocks and a last short one.
+    #[test]
+    fn log_normalizer_sum_matches_the_rows_log_sum_exp() {
+        for k in [1usize, 2, 3, 10, 300, 5000] {
+            let n = 2 * NORMALIZE_BLOCK + 45;
+            let value = |i: usize, j: usize| -> f64 {
+                let h = ((i * 7919 + j * 104_729) % 10_007) as f64 / 10_007.0;
+                // A few rows far apart, most with classes within a few units.
+                if i.is_multiple_of(17) {
+                    800.0 * (h - 0.5)
+                } else {
+                    5.0 * h - 30.0
+                }
+            };
+            for probability in [false, true] {
+                let mut m = Mat::from_fn(n, k, value);
+                let mut got = 0.0;
+                normalize_chunk(m.as_mut(), probability, Some(&mut got));
+                let rows: Vec<f64> = (0..n)
+                    .map(|i| log_sum_exp(&(0..k).map(|j| value(i, j)).collect::<Vec<_>>()))
+                    .collect();
+                let want: f64 = rows.iter().sum();
+                let scale: f64 = rows.iter().map(|v| v.abs()).sum();
+                assert!(
+                    (got - want).abs() <= 1e-13 * scale,
+                    "K = {k}: {got} vs {want} (scale {scale})"
+                );
+                // Every block's sum is added: the last block alone moves it.
+                let mut head = Mat::from_fn(2 * NORMALIZE_BLOCK, k, value);
+                let mut head_sum = 0.0;
+                normalize_chunk(head.as_mut(), probability, Some(&mut head_sum));
+                let tail: f64 = rows[2 * NORMALIZE_BLOCK..].iter().sum();
+                assert!(
+                    (got - head_sum - tail).abs() <= 1e-13 * scale,
+                    "K = {k}: last block"
+                );
             }
         }
     }
@@ -904,18 +992,18 @@ mod tests {
                 } else {
                     Mat::from_fn(n, k, value)
                 };
-                let mut norms = vec![0.0; n];
+                let mut norm_sum = 0.0;
                 let mut m = if row_major {
                     storage.as_mut().transpose_mut()
                 } else {
                     storage.as_mut()
                 };
-                normalize_chunk(m.as_mut(), probability, Some(&mut norms));
+                normalize_chunk(m.as_mut(), probability, Some(&mut norm_sum));
+                // Row 1 (special) has a +∞ normaliser.
+                assert_eq!(norm_sum, f64::INFINITY, "the chunk's normalisers");
                 for i in 0..n {
                     let mut alone = Mat::from_fn(1, k, |_, j| value(i, j));
-                    let mut norm = [0.0];
-                    normalize_chunk(alone.as_mut(), probability, Some(&mut norm));
-                    assert_eq!(norms[i].to_bits(), norm[0].to_bits(), "row {i}: normaliser");
+                    normalize_chunk(alone.as_mut(), probability, None);
                     for j in 0..k {
                         let (got, want) = (m[(i, j)], alone[(0, j)]);
                         assert!(!got.is_nan(), "row {i} col {j}: NaN");

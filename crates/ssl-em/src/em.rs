@@ -649,11 +649,9 @@ fn estep_all<M: GenerativeClassifier + ?Sized>(
         Posterior::JointLessShared,
         check,
         |_, mut r| {
-            let b = r.nrows();
-            let mut log_norm = vec![0.0; b];
-            normalize_chunk(r.as_mut(), true, Some(&mut log_norm));
             // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
-            let acc: f64 = log_norm.iter().map(|v| v.max(-f64::MAX)).sum();
+            let mut acc = 0.0;
+            normalize_chunk(r.as_mut(), true, Some(&mut acc));
             // The weights' sums, each the sum of the products `scale_rows` will write (with a
             // scale of 1, the posteriors themselves).
             let mut weights = Vec::new();
