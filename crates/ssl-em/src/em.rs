@@ -693,19 +693,26 @@ fn scale_rows(m: MatMut<'_, f64>, scale: f64) {
 }
 
 /// Class-level sums of component posteriors (n × components, component `c` of class
-/// `component_class[c]`), in parallel over fixed chunks: for each class, its components added in
-/// component order, as [`class_posteriors`] adds them.
+/// `component_class[c]`), in parallel over fixed chunks ([`add_components`]).
 fn class_sums(p: MatRef<'_, f64>, component_class: &[usize], n_classes: usize) -> Mat<f64> {
-    let (out, _) =
-        generative::parallel::build_by_row_chunks(p.nrows(), n_classes, |chunk, mut out| {
-            let r = p.subrows(chunk * CHUNK_ROWS, out.nrows());
-            for (c, &k) in component_class.iter().enumerate() {
-                for i in 0..r.nrows() {
-                    out[(i, k)] += r[(i, c)];
-                }
-            }
-        });
+    let (out, _) = generative::parallel::build_by_row_chunks(p.nrows(), n_classes, |chunk, out| {
+        add_components(
+            p.subrows(chunk * CHUNK_ROWS, out.nrows()),
+            component_class,
+            out,
+        );
+    });
     out
+}
+
+/// `out[(i, component_class[c])] += r[(i, c)]`, the components in order: each class's
+/// posterior is the sum of its components', the same bits wherever it is formed.
+fn add_components(r: MatRef<'_, f64>, component_class: &[usize], mut out: MatMut<'_, f64>) {
+    for (c, &k) in component_class.iter().enumerate() {
+        for i in 0..r.nrows() {
+            out[(i, k)] += r[(i, c)];
+        }
+    }
 }
 
 /// With one component per class, [`class_posteriors`] written into `out` (n × K) rather than a
@@ -730,17 +737,13 @@ fn class_posteriors(lj: MatRef<'_, f64>, component_class: &[usize], n_classes: u
     // `ComponentMixture`).
     let identity = lj.ncols() == n_classes;
     let (out, _) =
-        generative::parallel::build_by_row_chunks(lj.nrows(), n_classes, |chunk, mut out| {
+        generative::parallel::build_by_row_chunks(lj.nrows(), n_classes, |chunk, out| {
             if identity {
                 normalised_chunk(lj, chunk, out);
             } else {
                 let mut r = lj.subrows(chunk * CHUNK_ROWS, out.nrows()).to_owned();
                 normalize_chunk(r.as_mut(), true, None);
-                for (c, &k) in component_class.iter().enumerate() {
-                    for i in 0..r.nrows() {
-                        out[(i, k)] += r[(i, c)];
-                    }
-                }
+                add_components(r.as_ref(), component_class, out);
             }
         });
     out
