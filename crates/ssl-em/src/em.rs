@@ -810,9 +810,10 @@ mod tests {
         }
     }
 
-    /// A run's unlabeled posteriors, taken on demand (into the spare responsibilities' buffer
-    /// with one component per class, a new matrix with two), are the class posteriors of its
-    /// final log joints, bit for bit, on one thread and on two.
+    /// A run's unlabeled posteriors, taken on demand (soft EM: the last E-step's buffer with one
+    /// component per class, summed into a new matrix with two; hard EM: normalised from its log
+    /// joints), are the class posteriors of its final model's log joints scored apart, bit for
+    /// bit, on one thread and on two, for λ = 0.5 and 1.
     #[test]
     fn run_posteriors_are_the_class_posteriors_of_its_final_model() {
         use generative::{CovarianceStructure, GaussianParams, HyperParams};
