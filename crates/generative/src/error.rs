@@ -68,6 +68,9 @@ pub enum GenerativeError {
     /// A lower-level density error.
     #[error(transparent)]
     Density(#[from] density::DensityError),
+    /// A broken invariant inside the library (a bug, not bad input).
+    #[error("internal error: {what}")]
+    Internal { what: &'static str },
 }
 
 impl GenerativeError {

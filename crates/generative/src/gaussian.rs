@@ -33,6 +33,7 @@ use crate::model::{
 use crate::parallel::{
     Chunk, LabelGroups, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
 };
+use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
 use density::block::{column, with_column_mut};
 
@@ -467,10 +468,86 @@ impl WeightedFit for Checked<GaussianParams> {
 
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<GaussianClassifier> {
         let (d, k) = check_sets(sets)?;
+        // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
+        let partials = fold_chunks_by_label_with(
+            sets,
+            MERGED_RUN,
+            gaussian_scratch,
+            |scratch, chunk| self.chunk_stats(scratch, chunk, d, k),
+            ChunkStats::merge,
+        )?;
+        self.fit_from_stats(partials, Some(sets), d, k)
+    }
+
+    fn split(&self) -> Option<&dyn SplitFit<GaussianClassifier>> {
+        // Ledoit–Wolf shrinkage takes a second pass over the sets' responsibilities.
+        (!matches!(self.shrinkage, Some(Shrinkage::LedoitWolf))).then_some(self)
+    }
+}
+
+/// A worker's buffers for [`Checked::<GaussianParams>::chunk_stats`], reused from chunk to
+/// chunk: the class blocks and the scatter kernel's buffers.
+type GaussianScratch = (ClassBlocks, Vec<f64>, RowBlock, LabelGroups);
+
+fn gaussian_scratch() -> GaussianScratch {
+    (
+        ClassBlocks::new(),
+        Vec::new(),
+        RowBlock::new(),
+        LabelGroups::default(),
+    )
+}
+
+impl SplitFit<GaussianClassifier> for Checked<GaussianParams> {
+    fn longest_run(&self) -> usize {
+        MERGED_RUN
+    }
+
+    fn scratch(&self) -> Scratch {
+        Scratch::new(gaussian_scratch())
+    }
+
+    fn chunk_partial(
+        &self,
+        scratch: &mut Scratch,
+        chunk: Chunk<'_>,
+        d: usize,
+        k: usize,
+    ) -> Result<Partial> {
+        let scratch = scratch
+            .get_mut::<GaussianScratch>()
+            .ok_or(GenerativeError::Internal {
+                what: "another model's scratch handed to a Gaussian fit",
+            })?;
+        self.chunk_stats(scratch, chunk, d, k).map(Partial::new)
+    }
+
+    fn merge_partials(&self, acc: &mut Partial, part: Partial) {
+        if let (Some(acc), Ok(part)) = (acc.get_mut::<ChunkStats>(), part.into_inner()) {
+            acc.merge(part);
+        }
+    }
+
+    fn finish(&self, runs: Vec<Partial>, d: usize, k: usize) -> Result<GaussianClassifier> {
+        let partials = runs
+            .into_iter()
+            .map(Partial::into_inner::<ChunkStats>)
+            .collect::<Result<_>>()?;
+        self.fit_from_stats(partials, None, d, k)
+    }
+}
+
+impl Checked<GaussianParams> {
+    /// One chunk's statistics (pass 1 of the fit).
+    fn chunk_stats(
+        &self,
+        state: &mut GaussianScratch,
+        chunk: Chunk<'_>,
+        d: usize,
+        k: usize,
+    ) -> Result<ChunkStats> {
         let kind = self.structure.scatter_kind();
-        // A shared covariance needs only the sum of the class scatters, unless each class's is
-        // shrunk first.
-        let pooled = self.structure == CovarianceStructure::Tied && self.shrinkage.is_none();
+        let pooled = self.pooled_scatter_only();
         let wrap = |classes: Vec<SufficientStats>| {
             if pooled {
                 ChunkStats::Pooled(PooledStats::from_classes(&classes))
@@ -478,150 +555,147 @@ impl WeightedFit for Checked<GaussianParams> {
                 ChunkStats::Classes(classes)
             }
         };
-        // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
-        // Per worker: the class blocks and the kernel's buffers, reused from chunk to chunk.
-        let scratch = || {
-            (
-                ClassBlocks::new(),
-                Vec::<f64>::new(),
-                RowBlock::new(),
-                LabelGroups::default(),
-            )
-        };
-        let partials = fold_chunks_by_label_with(
-            sets,
-            MERGED_RUN,
-            scratch,
-            |state, chunk| {
-                let (blocks, buffer, row_block, groups) = state;
-                // Diagonal statistics of labeled rows with few classes: each class's sums, then its
-                // squared deviations, in two SIMD passes over each column (the second while it is
-                // in L1), with no grouping and no copy; the sums also check the values. With more
-                // classes each pass costs K masked operations per value, and the class blocks
-                // below win (against a copy in class order, d = 16 and 64: 1.2-2x faster at
-                // K = 2, 1.4-1.8x slower at K = 10).
-                if let Some(labels) = chunk.labels
-                    && kind == ScatterKind::Diagonal
-                    && k <= IN_PLACE_MAX_CLASSES
-                {
-                    return diagonal_class_stats(&chunk, labels, k).map(wrap);
+        let (blocks, buffer, row_block, groups) = state;
+        // Diagonal statistics of labeled rows with few classes: each class's sums, then its
+        // squared deviations, in two SIMD passes over each column (the second while it is
+        // in L1), with no grouping and no copy; the sums also check the values. With more
+        // classes each pass costs K masked operations per value, and the class blocks
+        // below win (against a copy in class order, d = 16 and 64: 1.2-2x faster at
+        // K = 2, 1.4-1.8x slower at K = 10).
+        if let Some(labels) = chunk.labels
+            && kind == ScatterKind::Diagonal
+            && k <= IN_PLACE_MAX_CLASSES
+        {
+            return diagonal_class_stats(&chunk, labels, k).map(wrap);
+        }
+        // Full statistics of labeled rows with few features and few classes: the same two
+        // passes, each class's products of deviations by mask.
+        if let Some(labels) = chunk.labels
+            && kind == ScatterKind::Full
+            && by_masks(k, d)
+        {
+            return full_class_stats(&chunk, labels, k).map(wrap);
+        }
+        // The pooled scatter of labeled rows with few classes: each column's class sums
+        // as it is read, which also check its values, then the column less its rows'
+        // class means into one block while it is in cache, and one scatter of the block.
+        if let Some(labels) = chunk.labels
+            && pooled
+            && kind == ScatterKind::Full
+            && centring_by_group_pays(k)
+        {
+            let counts = group_counts(labels, k);
+            let mut sums = Mat::zeros(k, d);
+            row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
+            check_through_sums(&chunk, &sums)?;
+            let means = class_means(&sums, &counts);
+            let mut within = vec![0.0; d * d];
+            row_block.centred_scatter(&mut within, buffer);
+            return Ok(ChunkStats::Pooled(PooledStats {
+                weights: counts.iter().map(|&c| c as f64).collect(),
+                means: (0..k).flat_map(|c| means.row(c).iter().copied()).collect(),
+                within,
+            }));
+        }
+        // Every other labeled chunk: copied once into the classes' blocks, which also
+        // tells whether its values are finite, so it is read once, not a second time by
+        // the check (a check, then a copy in class order, read a chunk too large for L2
+        // from memory twice). Up to 4 classes are packed out of each column with
+        // AVX-512; more, or any without AVX-512, are grouped first and copied by index.
+        if let Some(labels) = chunk.labels {
+            // Per-class full scatters (QDA) of packed classes centre each class as its
+            // columns are split (`split_centred`); the diagonal and pooled statistics
+            // read the rows as they are.
+            let finite = if split_packs(k) {
+                if kind == ScatterKind::Full && !pooled {
+                    blocks.split_centred(chunk.x, labels, k)
+                } else {
+                    blocks.split(chunk.x, labels, k)
                 }
-                // Full statistics of labeled rows with few features and few classes: the same two
-                // passes, each class's products of deviations by mask.
-                if let Some(labels) = chunk.labels
-                    && kind == ScatterKind::Full
-                    && by_masks(k, d)
-                {
-                    return full_class_stats(&chunk, labels, k).map(wrap);
-                }
-                // The pooled scatter of labeled rows with few classes: each column's class sums
-                // as it is read, which also check its values, then the column less its rows'
-                // class means into one block while it is in cache, and one scatter of the block.
-                if let Some(labels) = chunk.labels
-                    && pooled
-                    && kind == ScatterKind::Full
-                    && centring_by_group_pays(k)
-                {
-                    let counts = group_counts(labels, k);
-                    let mut sums = Mat::zeros(k, d);
-                    row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
-                    check_through_sums(&chunk, &sums)?;
-                    let means = class_means(&sums, &counts);
-                    let mut within = vec![0.0; d * d];
-                    row_block.centred_scatter(&mut within, buffer);
-                    return Ok(ChunkStats::Pooled(PooledStats {
-                        weights: counts.iter().map(|&c| c as f64).collect(),
-                        means: (0..k).flat_map(|c| means.row(c).iter().copied()).collect(),
-                        within,
-                    }));
-                }
-                // Every other labeled chunk: copied once into the classes' blocks, which also
-                // tells whether its values are finite, so it is read once, not a second time by
-                // the check (a check, then a copy in class order, read a chunk too large for L2
-                // from memory twice). Up to 4 classes are packed out of each column with
-                // AVX-512; more, or any without AVX-512, are grouped first and copied by index.
-                if let Some(labels) = chunk.labels {
-                    // Per-class full scatters (QDA) of packed classes centre each class as its
-                    // columns are split (`split_centred`); the diagonal and pooled statistics
-                    // read the rows as they are.
-                    let finite = if split_packs(k) {
-                        if kind == ScatterKind::Full && !pooled {
-                            blocks.split_centred(chunk.x, labels, k)
-                        } else {
-                            blocks.split(chunk.x, labels, k)
-                        }
-                    } else {
-                        groups.regroup(labels, k);
-                        let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                        blocks.split_by_order(chunk.x, groups.order(), &ranges)
-                    };
-                    if !finite {
-                        // The check names the first non-finite value.
-                        check_chunk(&chunk)?;
-                    }
-                    if kind != ScatterKind::Full {
-                        // Each class's diagonal moments from its own block.
-                        let out = (0..k)
-                            .map(|c| {
-                                let mut st = SufficientStats::new(d, kind);
-                                st.accumulate_unweighted(blocks.class_rows(c), buffer);
-                                st
-                            })
-                            .collect();
-                        return Ok(wrap(out));
-                    }
-                    if pooled {
-                        let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
-                        blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
-                        let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
-                        return Ok(ChunkStats::Pooled(PooledStats {
-                            weights,
-                            means,
-                            within,
-                        }));
-                    }
-                    return Ok(ChunkStats::Classes(
-                        (0..k)
-                            .map(|c| {
-                                let mut st = SufficientStats::new(d, kind);
-                                st.accumulate_class(blocks, c, buffer);
-                                st
-                            })
-                            .collect(),
-                    ));
-                }
-                // Soft responsibilities: every class weights the same rows, laid out once.
+            } else {
+                groups.regroup(labels, k);
+                let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
+                blocks.split_by_order(chunk.x, groups.order(), &ranges)
+            };
+            if !finite {
+                // The check names the first non-finite value.
                 check_chunk(&chunk)?;
-                let mut copies = vec![Vec::new(); k];
-                let weights: Vec<&[f64]> = copies
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(c, copy)| column(chunk.resp, c, copy))
+            }
+            if kind != ScatterKind::Full {
+                // Each class's diagonal moments from its own block.
+                let out = (0..k)
+                    .map(|c| {
+                        let mut st = SufficientStats::new(d, kind);
+                        st.accumulate_unweighted(blocks.class_rows(c), buffer);
+                        st
+                    })
                     .collect();
-                // A shared full covariance needs only the pooled scatter: one scatter of the rows
-                // about their own mixes of the class means, not K (`RowBlock::pooled_scatter`).
-                if pooled && kind == ScatterKind::Full && pooled_soft_scatter_pays(k, d) {
-                    let totals: Vec<f64> =
-                        weights.iter().map(|w| density::numerics::sum(w)).collect();
-                    let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
-                    row_block.load(chunk.x);
-                    row_block.pooled_scatter(&weights, &totals, &mut means, &mut within, buffer);
-                    let weights = totals.iter().map(|&t| t.max(0.0)).collect();
-                    return Ok(ChunkStats::Pooled(PooledStats {
-                        weights,
-                        means,
-                        within,
-                    }));
-                }
-                let mut out: Vec<SufficientStats> =
-                    (0..k).map(|_| SufficientStats::new(d, kind)).collect();
-                SufficientStats::accumulate_rows_each(
-                    &mut out, chunk.x, &weights, row_block, buffer,
-                );
-                Ok(wrap(out))
-            },
-            ChunkStats::merge,
-        )?;
+                return Ok(wrap(out));
+            }
+            if pooled {
+                let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+                blocks.means_and_pooled_scatter(&mut means, &mut within, buffer);
+                let weights = (0..k).map(|c| blocks.class_len(c) as f64).collect();
+                return Ok(ChunkStats::Pooled(PooledStats {
+                    weights,
+                    means,
+                    within,
+                }));
+            }
+            return Ok(ChunkStats::Classes(
+                (0..k)
+                    .map(|c| {
+                        let mut st = SufficientStats::new(d, kind);
+                        st.accumulate_class(blocks, c, buffer);
+                        st
+                    })
+                    .collect(),
+            ));
+        }
+        // Soft responsibilities: every class weights the same rows, laid out once.
+        check_chunk(&chunk)?;
+        let mut copies = vec![Vec::new(); k];
+        let weights: Vec<&[f64]> = copies
+            .iter_mut()
+            .enumerate()
+            .map(|(c, copy)| column(chunk.resp, c, copy))
+            .collect();
+        // A shared full covariance needs only the pooled scatter: one scatter of the rows
+        // about their own mixes of the class means, not K (`RowBlock::pooled_scatter`).
+        if pooled && kind == ScatterKind::Full && pooled_soft_scatter_pays(k, d) {
+            let totals: Vec<f64> = weights.iter().map(|w| density::numerics::sum(w)).collect();
+            let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
+            row_block.load(chunk.x);
+            row_block.pooled_scatter(&weights, &totals, &mut means, &mut within, buffer);
+            let weights = totals.iter().map(|&t| t.max(0.0)).collect();
+            return Ok(ChunkStats::Pooled(PooledStats {
+                weights,
+                means,
+                within,
+            }));
+        }
+        let mut out: Vec<SufficientStats> = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
+        SufficientStats::accumulate_rows_each(&mut out, chunk.x, &weights, row_block, buffer);
+        Ok(wrap(out))
+    }
+
+    /// A shared covariance needs only the sum of the class scatters, unless each class's is
+    /// shrunk first.
+    fn pooled_scatter_only(&self) -> bool {
+        self.structure == CovarianceStructure::Tied && self.shrinkage.is_none()
+    }
+
+    /// The model from the chunks' statistics, folded in runs, in order (`sets`: the rows they
+    /// came from, for Ledoit–Wolf shrinkage's second pass).
+    fn fit_from_stats(
+        &self,
+        partials: Vec<ChunkStats>,
+        sets: Option<&[WeightedRows<'_>]>,
+        d: usize,
+        k: usize,
+    ) -> Result<GaussianClassifier> {
+        let kind = self.structure.scatter_kind();
+        let pooled = self.pooled_scatter_only();
         // Merged in chunk order: each class's statistics, or (pooled) the classes' weights and
         // means and the shared scatter.
         let mut stats: Vec<SufficientStats> = Vec::new();
@@ -665,6 +739,9 @@ impl WeightedFit for Checked<GaussianParams> {
                     .iter_mut()
                     .for_each(|cov| shrink_toward_scaled_identity(cov, a)),
                 Shrinkage::LedoitWolf => {
+                    let sets = sets.ok_or(GenerativeError::Internal {
+                        what: "Ledoit–Wolf shrinkage without the rows for its second pass",
+                    })?;
                     let alphas = self.ledoit_wolf_alphas(sets, &stats, &covs)?;
                     for (cov, a) in covs.iter_mut().zip(alphas) {
                         shrink_toward_diagonal(cov, a);
@@ -795,9 +872,7 @@ impl WeightedFit for Checked<GaussianParams> {
             priors_fixed: matches!(self.priors, Priors::Fixed(_)),
         })
     }
-}
 
-impl Checked<GaussianParams> {
     /// Pass 2 for Ledoit–Wolf: per class, Σ_i r_ik ‖D_k⁻¹(x_i − μ_k)‖⁴ and Σ_i r_ik², where D_k
     /// holds the class's standard deviations (1 for a constant feature, as scikit-learn's
     /// StandardScaler). The effective sample size is Kish's (Σ r)² / Σ r², which is N_k for

@@ -18,6 +18,7 @@ pub mod model;
 pub mod naive_bayes;
 pub mod parallel;
 mod placement;
+pub mod split;
 
 pub use error::GenerativeError;
 pub use gaussian::{

@@ -13,7 +13,7 @@ use faer::{Mat, MatMut, MatRef};
 
 use crate::parallel::{
     CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed,
-    run_indexed_with,
+    run_indexed_with, run_length,
 };
 use crate::{GenerativeError, Result};
 use density::exp::{exp_nonpositive_in_place, exp_shifted_accumulate};
@@ -378,6 +378,93 @@ where
     let parts: Vec<Result<T>> = run_indexed(row_chunks_mut(out, CHUNK_ROWS), |c, mut chunk| {
         fill_chunk(model, x, c * CHUNK_ROWS, chunk.as_mut(), what, check)?;
         Ok(then(c, chunk))
+    });
+    parts.into_iter().collect()
+}
+
+/// As [`log_joint_pass_then`], with the chunks taken in runs of consecutive ones, as
+/// [`crate::parallel::fold_chunks_by_label_with`] cuts a set of `x.nrows()` rows with `longest`
+/// ([`run_length`]): one worker scores a run's chunks in order, with its own state (`init()`
+/// once per worker), runs `then(state, c, xc, chunk)` on each chunk `c` right after it is
+/// written (`xc`: its rows, column-major), and folds the results by `merge`, in chunk order.
+/// Returns one result per run, in order. Without `out`, each chunk is written into a buffer of
+/// the worker's, reused from chunk to chunk, and `then` is the only reader of its values.
+///
+/// Why: a split fit's statistics ([`crate::split`]) are folded in these runs; taken in this
+/// pass, they are those of the fit over the same rows and weights, bit for bit. And a pass
+/// whose values are needed only by `then` need not write n × K values to memory.
+#[allow(clippy::too_many_arguments)]
+pub fn log_joint_pass_fold<M, S, T, N, F, G>(
+    model: &M,
+    x: MatRef<'_, f64>,
+    out: Option<MatMut<'_, f64>>,
+    what: Posterior,
+    check: bool,
+    longest: usize,
+    init: N,
+    then: F,
+    merge: G,
+) -> Result<Vec<T>>
+where
+    M: GenerativeClassifier + ?Sized,
+    T: Send,
+    N: Fn() -> S + Sync,
+    F: Fn(&mut S, usize, MatRef<'_, f64>, MatMut<'_, f64>) -> T + Sync,
+    G: Fn(&mut T, T) + Sync,
+{
+    check_features(model, x)?;
+    let k = model.n_classes();
+    let chunks: Vec<(usize, Option<MatMut<'_, f64>>)> = match out {
+        Some(out) => {
+            if out.nrows() != x.nrows() || out.ncols() != k {
+                return Err(GenerativeError::DimensionMismatch {
+                    what: "output rows × classes",
+                    expected: x.nrows() * k,
+                    got: out.nrows() * out.ncols(),
+                });
+            }
+            row_chunks_mut(out, CHUNK_ROWS)
+                .into_iter()
+                .map(Some)
+                .enumerate()
+                .collect()
+        }
+        None => (0..x.nrows().div_ceil(CHUNK_ROWS))
+            .map(|c| (c, None))
+            .collect(),
+    };
+    let run = run_length(chunks.len(), longest);
+    let mut runs: Vec<Vec<(usize, Option<MatMut<'_, f64>>)>> = Vec::new();
+    let mut chunks = chunks.into_iter().peekable();
+    while chunks.peek().is_some() {
+        runs.push(chunks.by_ref().take(run).collect());
+    }
+    // Each run's first error is its result; the first in chunk order is reported.
+    let init = || (init(), Mat::<f64>::new());
+    let parts: Vec<Result<T>> = run_indexed_with(runs, init, |(state, own), _, run| {
+        let mut folded: Option<T> = None;
+        for (c, chunk) in run {
+            let r0 = c * CHUNK_ROWS;
+            let b = CHUNK_ROWS.min(x.nrows() - r0);
+            let mut chunk = match chunk {
+                Some(chunk) => chunk,
+                None => {
+                    if own.nrows() < b {
+                        *own = Mat::zeros(CHUNK_ROWS, k);
+                    }
+                    own.as_mut().subrows_mut(0, b)
+                }
+            };
+            let part = density::block::with_column_major(x.subrows(r0, b), |xc| {
+                fill_laid_out_chunk(model, xc, r0, chunk.as_mut(), what, check)?;
+                Ok::<T, GenerativeError>(then(state, c, xc, chunk))
+            })?;
+            match folded.as_mut() {
+                Some(acc) => merge(acc, part),
+                None => folded = Some(part),
+            }
+        }
+        folded.ok_or(GenerativeError::Empty { what: "x" })
     });
     parts.into_iter().collect()
 }
@@ -789,6 +876,13 @@ pub trait WeightedFit: Sync {
 
     /// Fits from several sets of rows, as if they were one set (no data is copied).
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<Self::Model>;
+
+    /// The same fit split into per-chunk statistics and a finish, when the model offers it
+    /// (with these hyper-parameters): semi-supervised EM then takes the statistics in the
+    /// E-step's pass ([`crate::split`]).
+    fn split(&self) -> Option<&dyn crate::split::SplitFit<Self::Model>> {
+        None
+    }
 
     /// Fits from one matrix of rows and its n × K responsibilities.
     fn fit_weighted(&self, x: MatRef<'_, f64>, resp: MatRef<'_, f64>) -> Result<Self::Model> {

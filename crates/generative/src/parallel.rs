@@ -327,7 +327,7 @@ where
         let starts: Vec<(usize, usize)> = (0..set.x.nrows().div_ceil(CHUNK_ROWS))
             .map(|c| (s, c * CHUNK_ROWS))
             .collect();
-        let run = longest.min(starts.len().div_ceil(MIN_RUNS)).max(1);
+        let run = run_length(starts.len(), longest);
         runs.extend(starts.chunks(run).map(<[_]>::to_vec));
     }
     let results: Vec<Result<T>> = run_indexed_with(runs, init, |state, _, run| {
@@ -347,6 +347,13 @@ where
 
 /// The fewest runs [`fold_chunks_by_label_with`] cuts a set of at least as many chunks into.
 pub const MIN_RUNS: usize = 32;
+
+/// How many consecutive chunks of a set of `chunks` chunks [`fold_chunks_by_label_with`] folds
+/// into one run (the last run may be shorter): up to `longest`, and short enough to leave
+/// [`MIN_RUNS`] runs where there are that many chunks.
+pub fn run_length(chunks: usize, longest: usize) -> usize {
+    longest.min(chunks.div_ceil(MIN_RUNS)).max(1)
+}
 
 /// The first row of every chunk of every set, as (set, row), in order.
 fn chunk_starts(sets: &[WeightedRows<'_>]) -> Vec<(usize, usize)> {

@@ -3,15 +3,21 @@
 //! Each iteration evaluates the objective at the current θ while computing the E-step, so the
 //! trace records L(θ_t) for every parameter set actually produced, and the final posteriors
 //! belong to the final model. The M-step is one `fit_sets` call over the labeled and unlabeled
-//! rows as two sets: nothing is copied or concatenated.
+//! rows as two sets: nothing is copied or concatenated. When the model's fit is split
+//! (`WeightedFit::split`), soft EM takes the unlabeled rows' statistics for the next M-step in
+//! the E-step's own pass, chunk by chunk while each is in cache, and the M-step finishes from
+//! them with the same bits.
 
 use std::ops::Range;
 
 use faer::{Mat, MatMut, MatRef};
 
 use density::numerics::log_sum_exp;
-use generative::model::{Posterior, log_joint_pass_then, normalize_chunk, row_moments};
-use generative::parallel::{CHUNK_ROWS, row_chunks_mut, run_indexed};
+use generative::model::{
+    Posterior, log_joint_pass_fold, log_joint_pass_then, normalize_chunk, row_moments,
+};
+use generative::parallel::{CHUNK_ROWS, Chunk, row_chunks_mut, run_indexed};
+use generative::split::{Partial, SplitFit, fold_split};
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
 use crate::diagnostic::diagnose;
@@ -51,9 +57,9 @@ pub(crate) struct Run<M> {
 
 /// What a run keeps of its last E-step on the unlabeled rows (n_u × components).
 enum LastEstep {
-    /// Soft EM: the component posteriors themselves. The E-step writes them unscaled and takes
-    /// the λ-weighted responsibilities from them before each M-step, so after the last E-step
-    /// (which no M-step follows) they are the posteriors at the final θ.
+    /// Soft EM: the component posteriors at the final θ, unscaled. The E-step that no M-step
+    /// follows writes them; with a split fit the others do not write them at all, and a run
+    /// that stops on convergence (or a failed M-step) recomputes them (`keep_posteriors`).
     Posteriors(Mat<f64>),
     /// Hard EM: the component log joints (its assignments are their row maxima), and the
     /// responsibilities' buffer, no longer needed, into which the posteriors are written.
@@ -252,6 +258,8 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let one_hot_labels = (kc == n_classes).then_some(y_l);
         let mut resp_l = Mat::<f64>::zeros(x_l.nrows(), kc);
         let hard = self.params.mode == EmMode::Hard;
+        // Soft EM takes a split fit's statistics of the unlabeled rows in the E-step's pass.
+        let split = if hard { None } else { self.spec.split() };
         // The unlabeled rows' buffers are zeroed in parallel: they are the run's first touch of
         // n_u × K fresh values (twice that in hard EM), whose page faults `Mat::zeros` takes on
         // one thread.
@@ -284,6 +292,12 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let mut previous_assign: Option<Vec<usize>> = None;
         // The labeled and unlabeled rows' count, mean and scatter, if the model asks for them.
         let mut shared_moments = None;
+        // Soft EM: whether `resp_u` holds the current model's unlabeled posteriors, unscaled (the
+        // run's result). An E-step that hands the M-step its statistics does not write them, and
+        // an M-step that fits from `resp_u` scales them first. The run's last E-step keeps them
+        // or, when the run stops earlier than it could know, a pass at the end recomputes them:
+        // the same model's posteriors, the same bits.
+        let mut posteriors_kept = true;
         let log_lik = loop {
             // E-step at the current θ, which also evaluates L(θ). The rows are checked on the
             // first pass only; they do not change between iterations. They are scored less a
@@ -329,12 +343,17 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                     1.0,
                     false,
                 );
-            let (unlabeled, unlabeled_weights) = if hard {
+            let (unlabeled, unlabeled_weights, unlabeled_stats) = if hard {
                 let u = estep(lj_u.as_ref(), resp_u.as_mut(), |_| 0..kc, lambda, true);
                 let w = (0..kc).map(|c| resp_u.col(c).iter().sum::<f64>()).collect();
-                (u, w)
+                (u, w, None)
             } else {
-                estep_all(components, x_u, resp_u.as_mut(), lambda, check)?
+                // The next M-step's statistics of the unlabeled rows, if there is one; then the
+                // posteriors are kept only if this is the last E-step (it may yet prove to be).
+                let fit = split.filter(|_| iterations < self.params.max_iter);
+                posteriors_kept = fit.is_none();
+                let out = posteriors_kept.then(|| resp_u.as_mut());
+                estep_all(components, x_u, out, lambda, check, fit)?
             };
             let unlabeled = unlabeled + shared_u;
             let objective = labeled + lambda * unlabeled + model.log_prior_penalty();
@@ -367,20 +386,41 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             };
             if stalled || iterations == self.params.max_iter {
                 converged = stalled;
+                keep_posteriors(
+                    &mut posteriors_kept,
+                    model.components(),
+                    x_u,
+                    &mut resp_u,
+                    lambda,
+                )?;
                 break labeled + lambda * unlabeled;
             }
             previous = Some(objective);
             previous_assign = assign;
-            if !hard && lambda != 1.0 {
-                // The M-step's weights are λ times the posteriors `estep_all` left in `resp_u`
-                // (the products whose sums it returned).
-                scale_rows(resp_u.as_mut(), lambda);
-            }
-            // M-step: one weighted closed-form fit over both sets.
-            match self
-                .spec
-                .fit_sets(&both_sets(x_l, &resp_l, one_hot_labels, x_u, &resp_u, true))
-            {
+            // M-step: one weighted closed-form fit over both sets. A split fit finishes from
+            // the labeled rows' statistics and those the E-step took of the unlabeled rows;
+            // otherwise the fit reads the unlabeled rows again, with weights λ times the
+            // posteriors `estep_all` left in `resp_u` (the products whose sums it returned).
+            let fitted = match (split, unlabeled_stats) {
+                (Some(split), Some(unlabeled_stats)) => {
+                    // The split fit's path never scales `resp_u`.
+                    let [labeled_set, _] =
+                        both_sets(x_l, &resp_l, one_hot_labels, x_u, &resp_u, true);
+                    fold_split(split, &[labeled_set]).and_then(|mut runs| {
+                        runs.extend(unlabeled_stats?);
+                        split.finish(runs, x_l.ncols(), kc)
+                    })
+                }
+                _ => {
+                    if !hard && lambda != 1.0 {
+                        scale_rows(resp_u.as_mut(), lambda);
+                        posteriors_kept = false;
+                    }
+                    self.spec
+                        .fit_sets(&both_sets(x_l, &resp_l, one_hot_labels, x_u, &resp_u, true))
+                }
+            };
+            match fitted {
                 Ok(next) => {
                     model = ComponentMixture::new(next, component_class.clone(), n_classes)?;
                     iterations += 1;
@@ -389,6 +429,13 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                     warnings.push(format!(
                         "EM stopped after {iterations} iterations: the M-step failed ({e}); a component collapsed. Returning the last valid parameters; increase the regularisation or use fewer components"
                     ));
+                    keep_posteriors(
+                        &mut posteriors_kept,
+                        model.components(),
+                        x_u,
+                        &mut resp_u,
+                        lambda,
+                    )?;
                     break labeled + lambda * unlabeled;
                 }
             }
@@ -627,58 +674,153 @@ where
 /// The soft E-step of [`estep`] when every component is allowed for every row (the unlabeled
 /// rows), in the pass that scores them: each chunk's joints (less the shared term), written into
 /// `resp`, are normalised there while in cache (the normalisation predictions use, one
-/// vectorised exponential per entry). Leaves the posteriors in `resp` unscaled; the M-step's
-/// weights are `scale` times them ([`scale_rows`], unless `scale` is 1). Returns
-/// Σ_i ln Σ_c p(x_i, c) and the column sums of the weights, both summed in chunk order.
+/// vectorised exponential per entry). Leaves the posteriors in `resp` unscaled (without `resp`,
+/// each chunk's are dropped once read); the M-step's weights are `scale` times them. Returns Σ_i ln Σ_c p(x_i, c) and the column sums of the
+/// weights, both summed in chunk order, and, with `fit`, the split fit's statistics of the
+/// rows with those weights, one per run of chunks, for the next M-step ([`EstepStats`]).
+/// Without `fit`, the caller scales `resp` ([`scale_rows`], unless `scale` is 1) and fits.
 ///
 /// Why one pass: scoring into a separate n × K buffer and normalising a copy of it read the
 /// joints back from memory and wrote them twice; at n = 1e6, d = 2, K = 10 that took twice as
-/// long as scoring (BENCHMARKS.md, thirty-sixth round).
-fn estep_all<M: GenerativeClassifier + ?Sized>(
+/// long as scoring (BENCHMARKS.md, thirty-sixth round). Why the statistics too: the M-step
+/// read the n × (d + K) rows and weights back from memory once more. And with them, the
+/// posteriors need not be written to memory at all, except by the run's last E-step
+/// (thirty-seventh round).
+fn estep_all<M, F>(
     components: &M,
     x: MatRef<'_, f64>,
-    resp: MatMut<'_, f64>,
+    resp: Option<MatMut<'_, f64>>,
     scale: f64,
     check: bool,
-) -> Result<(f64, Vec<f64>)> {
-    let k = resp.ncols();
-    let parts = log_joint_pass_then(
+    fit: Option<&dyn SplitFit<F>>,
+) -> Result<(f64, Vec<f64>, UnlabeledStats)>
+where
+    M: GenerativeClassifier + ?Sized,
+{
+    let (k, d) = (components.n_classes(), x.ncols());
+    let runs = log_joint_pass_fold(
         components,
         x,
         resp,
         Posterior::JointLessShared,
         check,
-        |_, mut r| {
+        fit.map_or(1, |f| f.longest_run()),
+        // Per worker: the split fit's scratch and the chunk's weights, when they are not the
+        // posteriors themselves (scale ≠ 1).
+        || (fit.map(|f| f.scratch()), Vec::<f64>::new()),
+        |(scratch, weights), c, xc, mut r| {
             // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
             let mut acc = 0.0;
             normalize_chunk(r.as_mut(), true, Some(&mut acc));
-            // The weights' sums, each the sum of the products `scale_rows` will write (with a
-            // scale of 1, the posteriors themselves).
-            let mut weights = Vec::new();
+            // The weights (scale · posteriors, column after column) and their sums.
+            let b = r.nrows();
+            if scale != 1.0 {
+                weights.clear();
+                for c in 0..k {
+                    density::block::with_column_mut(r.as_mut(), c, |col| {
+                        weights.extend(col.iter().map(|v| v * scale))
+                    });
+                }
+            }
             let col_sums: Vec<f64> = (0..k)
                 .map(|c| {
+                    if scale != 1.0 {
+                        return density::numerics::sum(&weights[c * b..(c + 1) * b]);
+                    }
                     density::block::with_column_mut(r.as_mut(), c, |col| {
-                        if scale == 1.0 {
-                            return density::numerics::sum(col);
-                        }
-                        weights.clear();
-                        weights.extend(col.iter().map(|v| v * scale));
-                        density::numerics::sum(&weights)
+                        density::numerics::sum(col)
                     })
                 })
                 .collect();
-            (acc, col_sums)
+            let stats = fit.zip(scratch.as_mut()).map(|(fit, scratch)| {
+                let w = if scale != 1.0 {
+                    MatRef::from_column_major_slice(weights, b, k)
+                } else {
+                    r.as_ref()
+                };
+                let chunk = Chunk {
+                    set: 1,
+                    first_row: c * CHUNK_ROWS,
+                    x: xc,
+                    resp: w,
+                    labels: None,
+                    // The rows were checked by this pass's first run, before its first
+                    // statistics; the weights are finite and ≥ 0.
+                    prechecked: true,
+                };
+                fit.chunk_partial(scratch, chunk, d, k)
+            });
+            EstepStats {
+                chunks: vec![(acc, col_sums)],
+                stats,
+            }
         },
+        |acc, part| acc.merge(part, fit),
     )?;
     let mut total = 0.0;
     let mut sums = vec![0.0; k];
-    for (acc, cs) in &parts {
-        total += acc;
-        for (s, v) in sums.iter_mut().zip(cs) {
-            *s += v;
+    let mut stats = fit.map(|_| Ok(Vec::with_capacity(runs.len())));
+    for run in runs {
+        for (acc, cs) in &run.chunks {
+            total += acc;
+            for (s, v) in sums.iter_mut().zip(cs) {
+                *s += v;
+            }
+        }
+        if let (Some(Ok(all)), Some(part)) = (stats.as_mut(), run.stats) {
+            match part {
+                Ok(p) => all.push(p),
+                Err(e) => stats = Some(Err(e)),
+            }
         }
     }
-    Ok((total, sums))
+    Ok((total, sums, stats))
+}
+
+/// Makes `resp` hold the unlabeled posteriors of `components` (their E-step again, without
+/// checks or statistics) unless `kept` says it does.
+fn keep_posteriors<M: GenerativeClassifier + ?Sized>(
+    kept: &mut bool,
+    components: &M,
+    x: MatRef<'_, f64>,
+    resp: &mut Mat<f64>,
+    scale: f64,
+) -> Result<()> {
+    if !*kept {
+        estep_all(
+            components,
+            x,
+            Some(resp.as_mut()),
+            scale,
+            false,
+            None::<&dyn SplitFit<()>>,
+        )?;
+        *kept = true;
+    }
+    Ok(())
+}
+
+/// The split fit's statistics of the unlabeled rows that [`estep_all`] took, one per run of
+/// chunks, or the first error taking them.
+type UnlabeledStats = Option<generative::Result<Vec<Partial>>>;
+
+/// One run of chunks of [`estep_all`]: each chunk's Σ ln-normaliser and weight sums, in order,
+/// and the split fit's statistics of the run's rows (or the first error taking them).
+struct EstepStats {
+    chunks: Vec<(f64, Vec<f64>)>,
+    stats: Option<generative::Result<Partial>>,
+}
+
+impl EstepStats {
+    /// `self` ← `self`'s chunks then `next`'s.
+    fn merge<F>(&mut self, next: EstepStats, fit: Option<&dyn SplitFit<F>>) {
+        self.chunks.extend(next.chunks);
+        match (self.stats.as_mut(), next.stats, fit) {
+            (Some(Ok(acc)), Some(Ok(part)), Some(fit)) => fit.merge_partials(acc, part),
+            (Some(Ok(_)), Some(Err(e)), _) => self.stats = Some(Err(e)),
+            _ => {}
+        }
+    }
 }
 
 /// `m *= scale` entry by entry, in parallel over fixed chunks of rows.
@@ -906,6 +1048,227 @@ mod tests {
                                 Some(f) => assert!(f == &bits, "1 and 2 threads differ"),
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A model's fit without its split: EM must fit it from the stored weights.
+    #[derive(Debug, Clone)]
+    struct Unsplit<S>(S);
+
+    impl<S: WeightedFit> WeightedFit for Unsplit<S> {
+        type Model = S::Model;
+        fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> generative::Result<S::Model> {
+            self.0.fit_sets(sets)
+        }
+    }
+
+    /// Unlabeled rows from three overlapping Gaussians (seeded), and 10 labeled rows of each.
+    fn three_groups(n_u: usize) -> (Mat<f64>, Vec<usize>, Mat<f64>) {
+        use rand::SeedableRng;
+        use rand_distr::{Distribution, StandardNormal};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut draw = |n: usize| {
+            let y: Vec<usize> = (0..n).map(|i| i % 3).collect();
+            let x = Mat::from_fn(n, 2, |i, j| {
+                let z: f64 = StandardNormal.sample(&mut rng);
+                z * (1.0 + 0.5 * j as f64) + 2.0 * y[i] as f64 * (1.0 - j as f64 * 0.7)
+            });
+            (x, y)
+        };
+        let (x_l, y_l) = draw(30);
+        let (x_u, _) = draw(n_u);
+        (x_l, y_l, x_u)
+    }
+
+    /// Soft EM with a split fit takes the next M-step's statistics in the E-step's pass and
+    /// does not write the posteriors until the last E-step; the runs are those of the same fit
+    /// made apart from the stored weights, bit for bit: the trace, the model and the final
+    /// posteriors, for λ = 0.5 and 1, one and two components per class, runs stopped by the
+    /// iteration limit and by convergence (whose last posteriors are recomputed), and the
+    /// statistics' three forms (full, diagonal, pooled). More unlabeled rows than 32 runs of
+    /// one chunk, so that each worker merges runs of two.
+    #[test]
+    fn split_fits_in_the_e_step_give_the_bits_of_a_separate_fit() {
+        use generative::{CovarianceStructure, GaussianParams, HyperParams};
+        let n_u = 33 * CHUNK_ROWS + 1001;
+        let (x_l, y_l, x_u) = three_groups(n_u);
+        let data = Data {
+            x_l: x_l.as_ref(),
+            y_l: &y_l,
+            n_classes: 3,
+            x_u: x_u.as_ref(),
+        };
+        for structure in [
+            CovarianceStructure::Full,
+            CovarianceStructure::Diagonal,
+            CovarianceStructure::Tied,
+        ] {
+            let spec = GaussianParams::with_structure(structure).check().unwrap();
+            assert!(spec.split().is_some());
+            for (max_iter, tol) in [(3, 0.0), (40, 1e-4)] {
+                let params = EmParams {
+                    max_iter,
+                    tol,
+                    ..Default::default()
+                };
+                let split = SemiSupervisedEm::new(spec.clone(), params.clone()).unwrap();
+                let apart = SemiSupervisedEm::new(Unsplit(spec.clone()), params).unwrap();
+                for lambda in [0.5, 1.0] {
+                    for components in [vec![1, 1, 1], vec![2, 1, 1]] {
+                        let case =
+                            format!("{structure:?}, λ = {lambda}, {components:?}, tol {tol}");
+                        let mut a = split.run(&data, lambda, &components, &mut |_| {}).unwrap();
+                        let mut b = apart.run(&data, lambda, &components, &mut |_| {}).unwrap();
+                        assert!(a.warnings.is_empty(), "{case}: {:?}", a.warnings);
+                        assert_eq!(a.iterations, b.iterations, "{case}");
+                        if tol > 0.0 {
+                            assert!(a.converged && a.iterations < max_iter, "{case}");
+                        } else {
+                            assert_eq!(a.iterations, max_iter, "{case}");
+                        }
+                        let objectives = |r: &Run<_>| -> Vec<u64> {
+                            r.trace.iter().map(|t| t.objective.to_bits()).collect()
+                        };
+                        assert_eq!(objectives(&a), objectives(&b), "{case}");
+                        assert_eq!(a.log_lik.to_bits(), b.log_lik.to_bits(), "{case}");
+                        // Debug prints each f64 as the shortest string that reads back to it.
+                        assert_eq!(format!("{:?}", a.model), format!("{:?}", b.model), "{case}");
+                        let (pa, pb) =
+                            (a.take_unlabeled_posteriors(), b.take_unlabeled_posteriors());
+                        for k in 0..3 {
+                            for i in 0..n_u {
+                                assert_eq!(
+                                    pa[(i, k)].to_bits(),
+                                    pb[(i, k)].to_bits(),
+                                    "{case}: ({i}, {k})"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A fit that fails on its `fail_at`-th call (counting from 0; the initial fit is the
+    /// first), as a collapsed component makes a real one fail, with or without its split.
+    struct FailsAt<S> {
+        inner: S,
+        fits: std::sync::atomic::AtomicUsize,
+        fail_at: usize,
+        split: bool,
+    }
+
+    impl<S> FailsAt<S> {
+        fn new(inner: S, fail_at: usize, split: bool) -> Self {
+            Self {
+                inner,
+                fits: 0.into(),
+                fail_at,
+                split,
+            }
+        }
+
+        fn fails_now(&self) -> bool {
+            self.fits.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == self.fail_at
+        }
+    }
+
+    const COLLAPSED: generative::GenerativeError =
+        generative::GenerativeError::EmptyClass { class: 1 };
+
+    impl<S: WeightedFit> WeightedFit for FailsAt<S> {
+        type Model = S::Model;
+        fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> generative::Result<S::Model> {
+            if self.fails_now() {
+                return Err(COLLAPSED);
+            }
+            self.inner.fit_sets(sets)
+        }
+        fn split(&self) -> Option<&dyn SplitFit<S::Model>> {
+            self.split.then_some(self)
+        }
+    }
+
+    impl<S: WeightedFit> SplitFit<S::Model> for FailsAt<S> {
+        fn longest_run(&self) -> usize {
+            self.inner.split().unwrap().longest_run()
+        }
+        fn scratch(&self) -> generative::split::Scratch {
+            self.inner.split().unwrap().scratch()
+        }
+        fn chunk_partial(
+            &self,
+            scratch: &mut generative::split::Scratch,
+            chunk: Chunk<'_>,
+            d: usize,
+            k: usize,
+        ) -> generative::Result<Partial> {
+            self.inner
+                .split()
+                .unwrap()
+                .chunk_partial(scratch, chunk, d, k)
+        }
+        fn merge_partials(&self, acc: &mut Partial, part: Partial) {
+            self.inner.split().unwrap().merge_partials(acc, part)
+        }
+        fn finish(&self, runs: Vec<Partial>, d: usize, k: usize) -> generative::Result<S::Model> {
+            if self.fails_now() {
+                return Err(COLLAPSED);
+            }
+            self.inner.split().unwrap().finish(runs, d, k)
+        }
+    }
+
+    /// When an M-step fails, the run keeps the last model, and its unlabeled posteriors are that
+    /// model's, unscaled, although the failed fit read them scaled by λ (a fit without a split)
+    /// or the E-step never wrote them (with one).
+    #[test]
+    fn a_failed_m_step_leaves_the_last_models_posteriors() {
+        use generative::{CovarianceStructure, GaussianParams, HyperParams};
+        let n_u = CHUNK_ROWS + 99;
+        let (x_l, y_l, x_u) = three_groups(n_u);
+        let data = Data {
+            x_l: x_l.as_ref(),
+            y_l: &y_l,
+            n_classes: 3,
+            x_u: x_u.as_ref(),
+        };
+        let spec = GaussianParams::with_structure(CovarianceStructure::Full)
+            .check()
+            .unwrap();
+        let params = EmParams {
+            max_iter: 50,
+            tol: 0.0,
+            ..Default::default()
+        };
+        for split in [true, false] {
+            for lambda in [0.5, 1.0] {
+                // The initial fit, two M-steps, then the failure.
+                let em =
+                    SemiSupervisedEm::new(FailsAt::new(spec.clone(), 3, split), params.clone())
+                        .unwrap();
+                let mut run = em.run(&data, lambda, &[1, 1, 1], &mut |_| {}).unwrap();
+                let case = format!("split {split}, λ = {lambda}");
+                assert_eq!(run.iterations, 2, "{case}");
+                assert!(run.warnings[0].contains("M-step failed"), "{case}");
+                let mut lj = Mat::<f64>::zeros(n_u, 3);
+                run.model
+                    .components()
+                    .log_joint_into(x_u.as_ref(), lj.as_mut(), Posterior::JointLessShared)
+                    .unwrap();
+                let want = class_posteriors(lj.as_ref(), &[0, 1, 2], 3);
+                let got = run.take_unlabeled_posteriors();
+                for i in 0..n_u {
+                    for k in 0..3 {
+                        assert_eq!(
+                            got[(i, k)].to_bits(),
+                            want[(i, k)].to_bits(),
+                            "{case}: ({i}, {k})"
+                        );
                     }
                 }
             }
