@@ -142,6 +142,98 @@ pub fn sum(a: &[f64]) -> f64 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
+/// Each column's [`sum`], the same bits, and its count of non-zero entries, columns taken four
+/// at a time.
+///
+/// Why: each of a sum's eight partial sums is a chain of dependent additions, so one column's
+/// sum runs at the adder's latency, not its throughput. Four columns' chains overlap, and the
+/// count rides along (a soft M-step wants both of every class's weights: its total, and whether
+/// enough rows weigh anything to read them all). Compiled for the machine's widest vectors.
+pub fn sums_and_nonzeros(cols: &[&[f64]]) -> Vec<(f64, usize)> {
+    struct Columns<'a>(&'a [&'a [f64]]);
+    impl pulp::WithSimd for Columns<'_> {
+        type Output = Vec<(f64, usize)>;
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, simd: S) -> Self::Output {
+            match S::F64_LANES {
+                8 => columns_with::<S, 1>(simd, self.0),
+                4 => columns_with::<S, 2>(simd, self.0),
+                2 => columns_with::<S, 4>(simd, self.0),
+                _ => self.0.iter().map(|c| (sum(c), nonzeros(c))).collect(),
+            }
+        }
+    }
+    pulp::Arch::new().dispatch(Columns(cols))
+}
+
+/// Non-zero entries of `c`.
+fn nonzeros(c: &[f64]) -> usize {
+    c.iter().filter(|v| **v != 0.0).count()
+}
+
+/// [`sums_and_nonzeros`] with `A` vectors of `S::F64_LANES` lanes for each column's eight
+/// partial sums (vector a, lane l: partial sum a · lanes + l, as [`sum`]'s), and as many for
+/// its counts.
+#[inline(always)]
+fn columns_with<S: pulp::Simd, const A: usize>(simd: S, cols: &[&[f64]]) -> Vec<(f64, usize)> {
+    let mut out = Vec::with_capacity(cols.len());
+    for group in cols.chunks(4) {
+        match group {
+            [a, b, c, d] if [b.len(), c.len(), d.len()] == [a.len(); 3] => {
+                out.extend(group_with::<S, A, 4>(simd, [a, b, c, d]))
+            }
+            _ => {
+                for c in group {
+                    out.push(group_with::<S, A, 1>(simd, [c])[0]);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `G` columns of one length in one loop, their chains of additions overlapping.
+#[inline(always)]
+fn group_with<S: pulp::Simd, const A: usize, const G: usize>(
+    simd: S,
+    cols: [&[f64]; G],
+) -> [(f64, usize); G] {
+    let whole = cols[0].len() / 8 * 8;
+    let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
+    let mut acc = [[zero; A]; G];
+    // Counted as floats (exact below 2^53), selected by the comparison's mask.
+    let mut count = [[zero; A]; G];
+    let mut vectors: [&[S::f64s]; G] = [&[]; G];
+    for g in 0..G {
+        vectors[g] = S::as_simd_f64s(&cols[g][..whole]).0;
+    }
+    for block in 0..whole / 8 {
+        for g in 0..G {
+            let xs = &vectors[g][block * A..block * A + A];
+            for a in 0..A {
+                let x = xs[a];
+                acc[g][a] = simd.add_f64s(acc[g][a], x);
+                let nonzero = simd.select_f64s(simd.equal_f64s(x, zero), zero, one);
+                count[g][a] = simd.add_f64s(count[g][a], nonzero);
+            }
+        }
+    }
+    let mut out = [(0.0, 0); G];
+    for g in 0..G {
+        let (mut p, mut c) = ([0.0f64; 8], [0.0f64; 8]);
+        S::as_mut_simd_f64s(&mut p).0[..A].copy_from_slice(&acc[g]);
+        S::as_mut_simd_f64s(&mut c).0[..A].copy_from_slice(&count[g]);
+        let rest = &cols[g][whole..];
+        let mut tail = 0.0;
+        for x in rest {
+            tail += x;
+        }
+        let sum = ((p[0] + p[4]) + (p[1] + p[5])) + ((p[2] + p[6]) + (p[3] + p[7])) + tail;
+        out[g] = (sum, c.iter().sum::<f64>() as usize + nonzeros(rest));
+    }
+    out
+}
+
 /// Dot product of two equal-length slices, with eight fixed partial sums (combined in a fixed
 /// order) so the loop vectorises; the result does not depend on threads or alignment.
 #[inline(always)]
@@ -189,6 +281,44 @@ pub fn normal_cdf(x: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each column's sum has the bits of [`sum`], and its count is the count of entries that
+    /// are not ±0, for every length around the 8-wide blocks, in groups of four columns of
+    /// one length and in the columns left over or of other lengths.
+    #[test]
+    fn sums_and_nonzeros_have_the_bits_of_sum_and_count_the_non_zeros() {
+        let value = |i: usize, c: usize| {
+            let h = (i * 7919 + c * 104_729 + 13) % 10_007;
+            match h % 7 {
+                0 => 0.0,
+                1 => -0.0,
+                _ => (h as f64 / 10_007.0 - 0.3) * 10f64.powi((h % 9) as i32 - 4),
+            }
+        };
+        for n in (0..40).chain([4095, 4096, 4097]) {
+            for k in [1, 3, 4, 5, 9, 10] {
+                let cols: Vec<Vec<f64>> = (0..k)
+                    .map(|c| {
+                        // Column 5 is shorter: its group of four is not of one length.
+                        let len = if c == 5 { n / 2 } else { n };
+                        (0..len).map(|i| value(i, c)).collect()
+                    })
+                    .collect();
+                let refs: Vec<&[f64]> = cols.iter().map(Vec::as_slice).collect();
+                let got = sums_and_nonzeros(&refs);
+                assert_eq!(got.len(), k);
+                for (c, (col, (s, count))) in cols.iter().zip(got).enumerate() {
+                    assert_eq!(
+                        s.to_bits(),
+                        sum(col).to_bits(),
+                        "n = {n}, k = {k}, column {c}"
+                    );
+                    let want = col.iter().filter(|v| **v != 0.0).count();
+                    assert_eq!(count, want, "n = {n}, k = {k}, column {c}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn log_sum_exp_matches_direct_sum_for_moderate_values() {

@@ -210,14 +210,26 @@ impl SufficientStats {
     /// As [`accumulate_rows`](Self::accumulate_rows) on each of `stats` with its own weights
     /// (`weights[c]` for `stats[c]`, each as long as `x` has rows), the same bits, with the
     /// rows of `x` laid out once in `block` for every full scatter rather than once each (the
-    /// classes of a soft M-step share their rows). `block` and `buffer` are scratch.
+    /// classes of a soft M-step share their rows). `block` and `buffer` are scratch. `totals`:
+    /// each weighting's [`crate::numerics::sums_and_nonzeros`], if the caller has them (they are
+    /// computed otherwise).
     pub fn accumulate_rows_each(
         stats: &mut [SufficientStats],
         x: MatRef<'_, f64>,
         weights: &[&[f64]],
+        totals: Option<&[(f64, usize)]>,
         block: &mut crate::scatter::RowBlock,
         buffer: &mut Vec<f64>,
     ) {
+        let computed;
+        let sums = match totals {
+            Some(t) => t,
+            None => {
+                computed = crate::numerics::sums_and_nonzeros(weights);
+                &computed
+            }
+        };
+        debug_assert_eq!(sums.len(), weights.len());
         // Diagonal statistics with weights mostly non-zero: all such classes together, each
         // piece of rows read once for all of them (`diagonal_moments_each`), when there are
         // at least [`TOGETHER_MIN_CLASSES`]. Full ones with weights mostly non-zero: laid out
@@ -226,14 +238,15 @@ impl SufficientStats {
         let mut laid = Vec::new();
         for (c, (st, &w)) in stats.iter_mut().zip(weights).enumerate() {
             debug_assert_eq!(w.len(), x.nrows());
-            let total = crate::numerics::sum(w);
-            if st.kind == ScatterKind::Diagonal && total > 0.0 && !mostly_zero(w) {
+            let (total, nonzero) = sums[c];
+            let mostly_zero = nonzero_few(nonzero, w.len());
+            if st.kind == ScatterKind::Diagonal && total > 0.0 && !mostly_zero {
                 together.push(c);
                 totals.push(total);
                 continue;
             }
             // Mostly-zero weights and empty classes as one at a time.
-            if st.kind != ScatterKind::Full || total <= 0.0 || mostly_zero(w) {
+            if st.kind != ScatterKind::Full || total <= 0.0 || mostly_zero {
                 st.accumulate_rows(x, w, buffer);
                 continue;
             }
@@ -394,7 +407,12 @@ impl SufficientStats {
 /// class's pass have weight zero, and the pass costs O(rows of the class), not O(n)).
 fn mostly_zero(w: &[f64]) -> bool {
     let nonzero = w.iter().filter(|v| **v != 0.0).count();
-    nonzero * 8 < w.len() * 7
+    nonzero_few(nonzero, w.len())
+}
+
+/// `nonzero` of `n` weights are too few to read every row ([`mostly_zero`]).
+fn nonzero_few(nonzero: usize, n: usize) -> bool {
+    nonzero * 8 < n * 7
 }
 
 impl Mergeable for SufficientStats {
@@ -572,6 +590,7 @@ mod tests {
                         &mut each,
                         view,
                         &refs,
+                        None,
                         &mut block,
                         &mut buffer,
                     );

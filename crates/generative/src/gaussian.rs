@@ -662,8 +662,16 @@ impl Checked<GaussianParams> {
             .collect();
         // A shared full covariance needs only the pooled scatter: one scatter of the rows
         // about their own mixes of the class means, not K (`RowBlock::pooled_scatter`).
+        let computed;
+        let sums = match chunk.weight_totals {
+            Some(t) => t,
+            None => {
+                computed = density::numerics::sums_and_nonzeros(&weights);
+                &computed
+            }
+        };
         if pooled && kind == ScatterKind::Full && pooled_soft_scatter_pays(k, d) {
-            let totals: Vec<f64> = weights.iter().map(|w| density::numerics::sum(w)).collect();
+            let totals: Vec<f64> = sums.iter().map(|t| t.0).collect();
             let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
             row_block.load(chunk.x);
             row_block.pooled_scatter(&weights, &totals, &mut means, &mut within, buffer);
@@ -675,7 +683,14 @@ impl Checked<GaussianParams> {
             }));
         }
         let mut out: Vec<SufficientStats> = (0..k).map(|_| SufficientStats::new(d, kind)).collect();
-        SufficientStats::accumulate_rows_each(&mut out, chunk.x, &weights, row_block, buffer);
+        SufficientStats::accumulate_rows_each(
+            &mut out,
+            chunk.x,
+            &weights,
+            Some(sums),
+            row_block,
+            buffer,
+        );
         Ok(wrap(out))
     }
 

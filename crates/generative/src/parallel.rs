@@ -218,6 +218,9 @@ pub struct Chunk<'a> {
     pub labels: Option<&'a [usize]>,
     /// The set was checked by the caller (`check_chunk` is then a no-op).
     pub prechecked: bool,
+    /// Each column of `resp`'s sum and count of non-zero entries
+    /// ([`density::numerics::sums_and_nonzeros`]), when the caller has them.
+    pub weight_totals: Option<&'a [(f64, usize)]>,
 }
 
 /// Checks shapes shared by all sets (same d, same K, resp rows = x rows, at least one row) and
@@ -391,6 +394,7 @@ where
                 resp: resp.subrows(r0, b),
                 labels: None,
                 prechecked: set.prechecked,
+                weight_totals: None,
             },
         ),
         Responsibilities::Labels { labels, n_classes } => {
@@ -427,6 +431,7 @@ where
                     resp: block.as_ref(),
                     labels: Some(labels),
                     prechecked: set.prechecked,
+                    weight_totals: None,
                 },
             )
         }

@@ -185,7 +185,7 @@ fn weighted_class_stats(
             let mut part = vec![SufficientStats::new(d, ScatterKind::Full); k];
             // Row-major rows (as read from a CSV file) are copied column-major first.
             density::block::with_column_major(x.subrows(start, len), |x| {
-                SufficientStats::accumulate_rows_each(&mut part, x, &weights, block, buffer);
+                SufficientStats::accumulate_rows_each(&mut part, x, &weights, None, block, buffer);
             });
             part
         },

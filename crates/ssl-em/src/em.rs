@@ -712,7 +712,8 @@ where
             // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
             let mut acc = 0.0;
             normalize_chunk(r.as_mut(), true, Some(&mut acc));
-            // The weights (scale · posteriors, column after column) and their sums.
+            // The weights (scale · posteriors, column after column), and their sums and
+            // counts of non-zero entries (the split fit's too).
             let b = r.nrows();
             if scale != 1.0 {
                 weights.clear();
@@ -722,16 +723,20 @@ where
                     });
                 }
             }
-            let col_sums: Vec<f64> = (0..k)
-                .map(|c| {
+            let mut copies = vec![Vec::new(); k];
+            let columns: Vec<&[f64]> = copies
+                .iter_mut()
+                .enumerate()
+                .map(|(c, copy)| {
                     if scale != 1.0 {
-                        return density::numerics::sum(&weights[c * b..(c + 1) * b]);
+                        &weights[c * b..(c + 1) * b]
+                    } else {
+                        density::block::column(r.as_ref(), c, copy)
                     }
-                    density::block::with_column_mut(r.as_mut(), c, |col| {
-                        density::numerics::sum(col)
-                    })
                 })
                 .collect();
+            let totals = density::numerics::sums_and_nonzeros(&columns);
+            let col_sums: Vec<f64> = totals.iter().map(|t| t.0).collect();
             let stats = fit.zip(scratch.as_mut()).map(|(fit, scratch)| {
                 let w = if scale != 1.0 {
                     MatRef::from_column_major_slice(weights, b, k)
@@ -747,6 +752,7 @@ where
                     // The rows were checked by this pass's first run, before its first
                     // statistics; the weights are finite and ≥ 0.
                     prechecked: true,
+                    weight_totals: Some(&totals),
                 };
                 fit.chunk_partial(scratch, chunk, d, k)
             });
