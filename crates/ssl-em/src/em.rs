@@ -386,13 +386,6 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             };
             if stalled || iterations == self.params.max_iter {
                 converged = stalled;
-                keep_posteriors(
-                    &mut posteriors_kept,
-                    model.components(),
-                    x_u,
-                    &mut resp_u,
-                    lambda,
-                )?;
                 break labeled + lambda * unlabeled;
             }
             previous = Some(objective);
@@ -429,17 +422,18 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                     warnings.push(format!(
                         "EM stopped after {iterations} iterations: the M-step failed ({e}); a component collapsed. Returning the last valid parameters; increase the regularisation or use fewer components"
                     ));
-                    keep_posteriors(
-                        &mut posteriors_kept,
-                        model.components(),
-                        x_u,
-                        &mut resp_u,
-                        lambda,
-                    )?;
                     break labeled + lambda * unlabeled;
                 }
             }
         };
+        // The run's model is the last E-step's (a failed M-step changed nothing).
+        keep_posteriors(
+            &mut posteriors_kept,
+            model.components(),
+            x_u,
+            &mut resp_u,
+            lambda,
+        )?;
         Ok(Run {
             model,
             trace,
