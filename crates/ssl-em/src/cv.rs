@@ -75,7 +75,7 @@ pub(crate) fn choose_lambda<S: WeightedFit>(
                 n_classes: k,
                 x_u: data.x_u,
             };
-            let run = em.run(&sub, cv.grid[g], components, &mut |_| {})?;
+            let run = em.run(&sub, cv.grid[g], components, &mut |_| {}, false)?;
             let lp = run.model.predict_log_proba(x_test.as_ref())?;
             let mut loss = 0.0;
             let mut correct = 0;

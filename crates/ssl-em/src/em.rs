@@ -181,7 +181,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             let mut scores = Vec::new();
             let n_eff = x_l.nrows() as f64 + lambda * x_u.nrows() as f64;
             for m in 1..=max {
-                match self.run(&data, lambda, &uniform(m), &mut |_| {}) {
+                match self.run(&data, lambda, &uniform(m), &mut |_| {}, false) {
                     Ok(run) => {
                         let k = run.model.n_parameters() as f64;
                         scores.push((m, -2.0 * run.log_lik + k * n_eff.ln()));
@@ -197,7 +197,7 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             components = uniform(best);
             bic = Some(scores);
         }
-        let mut run = self.run(&data, lambda, &components, observer)?;
+        let mut run = self.run(&data, lambda, &components, observer, !supervised_only)?;
         let diagnostic = if supervised_only {
             None
         } else {
@@ -233,13 +233,17 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         })
     }
 
-    /// One EM run at a fixed λ and fixed components per class.
+    /// One EM run at a fixed λ and fixed components per class. `keep`: the caller will take the
+    /// unlabeled rows' final posteriors ([`Run::take_unlabeled_posteriors`]); without it, soft
+    /// EM with a split fit never forms them (cross-validation and BIC runs), and the run hands
+    /// out an empty matrix.
     pub(crate) fn run(
         &self,
         data: &Data<'_>,
         lambda: f64,
         components: &[usize],
         observer: &mut dyn FnMut(&IterationRecord),
+        keep: bool,
     ) -> Result<Run<S::Model>> {
         let Data {
             x_l,
@@ -262,8 +266,15 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
         let split = if hard { None } else { self.spec.split() };
         // The unlabeled rows' buffers are zeroed in parallel: they are the run's first touch of
         // n_u × K fresh values (twice that in hard EM), whose page faults `Mat::zeros` takes on
-        // one thread.
-        let mut resp_u = generative::parallel::zeros(x_u.nrows(), kc);
+        // one thread. With a split fit and one component per class (no initial assignments to
+        // hold), the posteriors' buffer is made only when they are written, at the end, and
+        // only if the caller wants them.
+        let lazy = split.is_some() && kc == n_classes;
+        let mut resp_u = if lazy {
+            Mat::new()
+        } else {
+            generative::parallel::zeros(x_u.nrows(), kc)
+        };
         // Buffers reused by every E-step. Soft EM scores the unlabeled rows into `resp_u` and
         // normalises each chunk there while it is in cache (`estep_all`); only hard EM keeps
         // their log joints apart.
@@ -351,7 +362,11 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                 // The next M-step's statistics of the unlabeled rows, if there is one; then the
                 // posteriors are kept only if this is the last E-step (it may yet prove to be).
                 let fit = split.filter(|_| iterations < self.params.max_iter);
-                posteriors_kept = fit.is_none();
+                // Without a split the M-step reads the posteriors from `resp_u`.
+                posteriors_kept = fit.is_none() && (split.is_none() || keep);
+                if posteriors_kept {
+                    allocate(&mut resp_u, x_u.nrows(), kc);
+                }
                 let out = posteriors_kept.then(|| resp_u.as_mut());
                 estep_all(components, x_u, out, lambda, check, fit)?
             };
@@ -427,13 +442,15 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             }
         };
         // The run's model is the last E-step's (a failed M-step changed nothing).
-        keep_posteriors(
-            &mut posteriors_kept,
-            model.components(),
-            x_u,
-            &mut resp_u,
-            lambda,
-        )?;
+        if keep {
+            keep_posteriors(
+                &mut posteriors_kept,
+                model.components(),
+                x_u,
+                &mut resp_u,
+                lambda,
+            )?;
+        }
         Ok(Run {
             model,
             trace,
@@ -446,8 +463,10 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
                     log_joints: lj_u,
                     spare: resp_u,
                 }
-            } else {
+            } else if keep {
                 LastEstep::Posteriors(resp_u)
+            } else {
+                LastEstep::Posteriors(Mat::new())
             },
             component_class,
             n_classes,
@@ -777,6 +796,13 @@ where
     Ok((total, sums, stats))
 }
 
+/// `m` as an n × k buffer (zeroed in parallel) unless it is one already.
+fn allocate(m: &mut Mat<f64>, n: usize, k: usize) {
+    if (m.nrows(), m.ncols()) != (n, k) {
+        *m = generative::parallel::zeros(n, k);
+    }
+}
+
 /// Makes `resp` hold the unlabeled posteriors of `components` (their E-step again, without
 /// checks or statistics) unless `kept` says it does.
 fn keep_posteriors<M: GenerativeClassifier + ?Sized>(
@@ -787,6 +813,7 @@ fn keep_posteriors<M: GenerativeClassifier + ?Sized>(
     scale: f64,
 ) -> Result<()> {
     if !*kept {
+        allocate(resp, x.nrows(), components.n_classes());
         estep_all(
             components,
             x,
@@ -1000,7 +1027,7 @@ mod tests {
                         .unwrap();
                     for components in [vec![1, 1, 1], vec![2, 1, 2]] {
                         let mut run = pool
-                            .install(|| em.run(&data, lambda, &components, &mut |_| {}))
+                            .install(|| em.run(&data, lambda, &components, &mut |_| {}, true))
                             .unwrap();
                         // The reference: the final model's component log joints of the
                         // unlabeled rows, scored apart from the run, then normalised.
@@ -1120,8 +1147,12 @@ mod tests {
                     for components in [vec![1, 1, 1], vec![2, 1, 1]] {
                         let case =
                             format!("{structure:?}, λ = {lambda}, {components:?}, tol {tol}");
-                        let mut a = split.run(&data, lambda, &components, &mut |_| {}).unwrap();
-                        let mut b = apart.run(&data, lambda, &components, &mut |_| {}).unwrap();
+                        let mut a = split
+                            .run(&data, lambda, &components, &mut |_| {}, true)
+                            .unwrap();
+                        let mut b = apart
+                            .run(&data, lambda, &components, &mut |_| {}, true)
+                            .unwrap();
                         assert!(a.warnings.is_empty(), "{case}: {:?}", a.warnings);
                         assert_eq!(a.iterations, b.iterations, "{case}");
                         if tol > 0.0 {
@@ -1136,6 +1167,14 @@ mod tests {
                         assert_eq!(a.log_lik.to_bits(), b.log_lik.to_bits(), "{case}");
                         // Debug prints each f64 as the shortest string that reads back to it.
                         assert_eq!(format!("{:?}", a.model), format!("{:?}", b.model), "{case}");
+                        // A run whose posteriors nobody takes (cross-validation, BIC) is the
+                        // same run, and forms none.
+                        let mut c = split
+                            .run(&data, lambda, &components, &mut |_| {}, false)
+                            .unwrap();
+                        assert_eq!(objectives(&c), objectives(&a), "{case}, not kept");
+                        assert_eq!(format!("{:?}", c.model), format!("{:?}", a.model), "{case}");
+                        assert_eq!(c.take_unlabeled_posteriors().nrows(), 0, "{case}");
                         let (pa, pb) =
                             (a.take_unlabeled_posteriors(), b.take_unlabeled_posteriors());
                         for k in 0..3 {
@@ -1251,7 +1290,9 @@ mod tests {
                 let em =
                     SemiSupervisedEm::new(FailsAt::new(spec.clone(), 3, split), params.clone())
                         .unwrap();
-                let mut run = em.run(&data, lambda, &[1, 1, 1], &mut |_| {}).unwrap();
+                let mut run = em
+                    .run(&data, lambda, &[1, 1, 1], &mut |_| {}, true)
+                    .unwrap();
                 let case = format!("split {split}, λ = {lambda}");
                 assert_eq!(run.iterations, 2, "{case}");
                 assert!(run.warnings[0].contains("M-step failed"), "{case}");
