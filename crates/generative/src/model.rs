@@ -12,8 +12,8 @@
 use faer::{Mat, MatMut, MatRef};
 
 use crate::parallel::{
-    CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed,
-    run_indexed_with, run_length,
+    CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed_with,
+    run_length,
 };
 use crate::{GenerativeError, Result};
 use density::exp::{exp_nonpositive_in_place, exp_shifted_accumulate};
@@ -365,21 +365,18 @@ where
     T: Send,
     F: Fn(usize, MatMut<'_, f64>) -> T + Sync,
 {
-    check_features(model, x)?;
-    if out.nrows() != x.nrows() || out.ncols() != model.n_classes() {
-        return Err(GenerativeError::DimensionMismatch {
-            what: "output rows × classes",
-            expected: x.nrows() * model.n_classes(),
-            got: out.nrows() * out.ncols(),
-        });
-    }
-    // Each chunk is checked by the worker that computes it; the first error in chunk order is
-    // reported, so messages do not depend on the thread count.
-    let parts: Vec<Result<T>> = run_indexed(row_chunks_mut(out, CHUNK_ROWS), |c, mut chunk| {
-        fill_chunk(model, x, c * CHUNK_ROWS, chunk.as_mut(), what, check)?;
-        Ok(then(c, chunk))
-    });
-    parts.into_iter().collect()
+    // Runs of one chunk: every chunk's result on its own, in order.
+    log_joint_pass_fold(
+        model,
+        x,
+        Some(out),
+        what,
+        check,
+        1,
+        || (),
+        |_, c, _, chunk| then(c, chunk),
+        |_, _| {},
+    )
 }
 
 /// As [`log_joint_pass_then`], with the chunks taken in runs of consecutive ones, as

@@ -12,6 +12,7 @@ use std::ops::Range;
 
 use faer::{Mat, MatMut, MatRef};
 
+use density::block::contiguous_columns;
 use density::numerics::log_sum_exp;
 use generative::model::{
     Posterior, log_joint_pass_fold, log_joint_pass_then, normalize_chunk, row_moments,
@@ -411,10 +412,9 @@ impl<S: WeightedFit> SemiSupervisedEm<S> {
             // posteriors `estep_all` left in `resp_u` (the products whose sums it returned).
             let fitted = match (split, unlabeled_stats) {
                 (Some(split), Some(unlabeled_stats)) => {
-                    // The split fit's path never scales `resp_u`.
-                    let [labeled_set, _] =
-                        both_sets(x_l, &resp_l, one_hot_labels, x_u, &resp_u, true);
-                    fold_split(split, &[labeled_set]).and_then(|mut runs| {
+                    // The split fit's path never reads or scales `resp_u`.
+                    let labeled = labeled_set(x_l, &resp_l, one_hot_labels, true);
+                    fold_split(split, &[labeled]).and_then(|mut runs| {
                         runs.extend(unlabeled_stats?);
                         split.finish(runs, x_l.ncols(), kc)
                     })
@@ -582,15 +582,24 @@ fn both_sets<'a>(
     resp_u: &'a Mat<f64>,
     prechecked: bool,
 ) -> [WeightedRows<'a>; 2] {
-    let labeled = match labels {
+    let mut unlabeled = WeightedRows::weighted(x_u, resp_u.as_ref());
+    unlabeled.prechecked = prechecked;
+    [labeled_set(x_l, resp_l, labels, prechecked), unlabeled]
+}
+
+/// The labeled rows' set of [`both_sets`].
+fn labeled_set<'a>(
+    x_l: MatRef<'a, f64>,
+    resp_l: &'a Mat<f64>,
+    labels: Option<&'a [usize]>,
+    prechecked: bool,
+) -> WeightedRows<'a> {
+    let mut set = match labels {
         Some(y) => WeightedRows::labeled(x_l, y, resp_l.ncols()),
         None => WeightedRows::weighted(x_l, resp_l.as_ref()),
     };
-    let mut sets = [labeled, WeightedRows::weighted(x_u, resp_u.as_ref())];
-    for s in &mut sets {
-        s.prechecked = prechecked;
-    }
-    sets
+    set.prechecked = prechecked;
+    set
 }
 
 fn check_data(data: &Data<'_>) -> Result<()> {
@@ -725,37 +734,27 @@ where
             // A row whose joints are all −∞ counts as −f64::MAX (it is uniform above).
             let mut acc = 0.0;
             normalize_chunk(r.as_mut(), true, Some(&mut acc));
-            // The weights (scale · posteriors, column after column), and their sums and
-            // counts of non-zero entries (the split fit's too).
+            // The weights (scale · posteriors), and their sums and counts of non-zero entries
+            // (the split fit's too): the posteriors' own columns when the scale is 1, else
+            // their products, column after column, in the worker's buffer.
             let b = r.nrows();
-            if scale != 1.0 {
+            let own = contiguous_columns(r.as_ref(), 0..k).filter(|_| scale == 1.0);
+            if own.is_none() {
                 weights.clear();
                 for c in 0..k {
-                    density::block::with_column_mut(r.as_mut(), c, |col| {
-                        weights.extend(col.iter().map(|v| v * scale))
-                    });
+                    weights.extend(r.as_ref().col(c).iter().map(|v| v * scale));
                 }
             }
-            let mut copies = vec![Vec::new(); k];
-            let columns: Vec<&[f64]> = copies
-                .iter_mut()
-                .enumerate()
-                .map(|(c, copy)| {
-                    if scale != 1.0 {
-                        &weights[c * b..(c + 1) * b]
-                    } else {
-                        density::block::column(r.as_ref(), c, copy)
-                    }
-                })
-                .collect();
+            let (columns, w) = match own {
+                Some(columns) => (columns, r.as_ref()),
+                None => (
+                    weights.chunks(b.max(1)).collect(),
+                    MatRef::from_column_major_slice(weights, b, k),
+                ),
+            };
             let totals = density::numerics::sums_and_nonzeros(&columns);
             let col_sums: Vec<f64> = totals.iter().map(|t| t.0).collect();
             let stats = fit.zip(scratch.as_mut()).map(|(fit, scratch)| {
-                let w = if scale != 1.0 {
-                    MatRef::from_column_major_slice(weights, b, k)
-                } else {
-                    r.as_ref()
-                };
                 let chunk = Chunk {
                     set: 1,
                     first_row: c * CHUNK_ROWS,
