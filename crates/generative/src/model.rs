@@ -348,10 +348,9 @@ pub trait GenerativeClassifier: Send + Sync {
 /// rows of `out` right after they are written, while they are in cache, and its results come
 /// back in chunk order (chunks of [`CHUNK_ROWS`] rows, as every pass).
 ///
-/// Why: EM's E-step turns each chunk of joints into responsibilities, the objective's terms and
-/// column sums. As a second pass it read the n × K joints back from memory; at K = 10 and
-/// d = 2 that pass took twice as long as the joints themselves (BENCHMARKS.md, thirty-sixth
-/// round).
+/// Why: a step on the joints while they are in cache, not a second pass that reads them back
+/// from memory; at K = 10 and d = 2 such a pass took twice as long as the joints themselves
+/// (BENCHMARKS.md, thirty-sixth round). It is [`log_joint_pass_fold`] with runs of one chunk.
 pub fn log_joint_pass_then<M, T, F>(
     model: &M,
     x: MatRef<'_, f64>,
