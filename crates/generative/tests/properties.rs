@@ -256,35 +256,39 @@ fn log_joint_matches_direct_gaussian_formula() {
 #[test]
 fn each_rows_log_joint_is_the_same_bits_alone_in_a_block_and_in_any_layout() {
     // 1100 rows of 9 features: whole SIMD blocks and a remainder row by row, blocks of rows
-    // (512 in the diagonal kernel, above 8 columns or on AVX2) and the last one shorter, groups
-    // of columns (4) and single columns after them. A row alone is always in the remainder; a
-    // row-major input or output takes the copying paths. The tied structure too: each row is
-    // whitened by its own substitution, then scored by the diagonal kernel.
+    // (512 in the diagonal kernel, above 8 columns or on AVX2; 256 from 6 classes on, where
+    // each group's successor is asked for ahead) and the last one shorter, groups of columns
+    // (4) and single columns after them. A row alone is always in the remainder; a row-major
+    // input or output takes the copying paths. The tied structure too: each row is whitened by
+    // its own substitution, then scored by the diagonal kernel.
     let (n, d) = (1100, 9);
-    let (x, y) = gaussian_data(n, d, 3, 9);
-    let x_rows = x.transpose().to_owned();
-    for s in structures() {
-        let m = GaussianParams::with_structure(s)
-            .check()
-            .unwrap()
-            .fit(x.as_ref(), &y, 3)
+    for classes in [3, 7] {
+        let (x, y) = gaussian_data(n, d, classes, 9);
+        let x_rows = x.transpose().to_owned();
+        for s in structures() {
+            let m = GaussianParams::with_structure(s)
+                .check()
+                .unwrap()
+                .fit(x.as_ref(), &y, classes)
+                .unwrap();
+            let all = m.log_joint(x.as_ref()).unwrap();
+            let from_rows = m.log_joint(x_rows.transpose()).unwrap();
+            let mut into_rows = Mat::<f64>::zeros(classes, n);
+            m.log_joint_into(
+                x.as_ref(),
+                into_rows.as_mut().transpose_mut(),
+                model::Posterior::Joint,
+            )
             .unwrap();
-        let all = m.log_joint(x.as_ref()).unwrap();
-        let from_rows = m.log_joint(x_rows.transpose()).unwrap();
-        let mut into_rows = Mat::<f64>::zeros(3, n);
-        m.log_joint_into(
-            x.as_ref(),
-            into_rows.as_mut().transpose_mut(),
-            model::Posterior::Joint,
-        )
-        .unwrap();
-        for i in 0..n {
-            let alone = m.log_joint(x.as_ref().subrows(i, 1)).unwrap();
-            for k in 0..3 {
-                let bits = all[(i, k)].to_bits();
-                assert_eq!(alone[(0, k)].to_bits(), bits, "{s:?} row {i} class {k}");
-                assert_eq!(from_rows[(i, k)].to_bits(), bits, "{s:?} row {i} class {k}");
-                assert_eq!(into_rows[(k, i)].to_bits(), bits, "{s:?} row {i} class {k}");
+            for i in 0..n {
+                let alone = m.log_joint(x.as_ref().subrows(i, 1)).unwrap();
+                for k in 0..classes {
+                    let bits = all[(i, k)].to_bits();
+                    let at = format!("{s:?}, {classes} classes, row {i} class {k}");
+                    assert_eq!(alone[(0, k)].to_bits(), bits, "{at}");
+                    assert_eq!(from_rows[(i, k)].to_bits(), bits, "{at}");
+                    assert_eq!(into_rows[(k, i)].to_bits(), bits, "{at}");
+                }
             }
         }
     }
