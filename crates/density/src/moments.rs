@@ -166,7 +166,23 @@ impl EachClass<'_> {
                 let r1 = (r0 + MOMENTS_BLOCK_ROWS).min(whole);
                 for (j, col) in columns.iter().enumerate() {
                     let (xv, _) = S::as_simd_f64s(&col[r0..r1]);
+                    // The next piece (the next column's, or the first column's in the next
+                    // block) is asked for from memory, a share of its cache lines as each class
+                    // starts, while the classes pass over this one: read only when the loop
+                    // reached it, its read and the K classes' arithmetic ran in series. Measured
+                    // on the Xeon (the M-step's weighted fit alone, `profile-em D K diag`,
+                    // medians of 15, three series): d = 64, K = 10 0.119-0.123 -> 0.097-0.110 s;
+                    // K = 6 0.079-0.082 -> 0.067-0.068 s; K = 4 0.063-0.065 -> 0.053-0.056 s;
+                    // d = 16, K = 10 0.026-0.027 -> 0.024-0.025 s.
+                    let (next_col, next_r0) = if j + 1 < d { (j + 1, r0) } else { (0, r1) };
+                    let next_rows = (next_r0 + MOMENTS_BLOCK_ROWS)
+                        .min(whole)
+                        .saturating_sub(next_r0);
+                    let lines = next_rows.div_ceil(8);
                     for (c, w) in weights.iter().enumerate() {
+                        for line in c * lines / k..(c + 1) * lines / k {
+                            crate::block::prefetch(columns[next_col], next_r0 + 8 * line);
+                        }
                         let (wv, _) = S::as_simd_f64s(&w[r0..r1]);
                         let at = (c * d + j) * A;
                         let mut sums: [S::f64s; A] = std::array::from_fn(|a| acc[at + a]);
