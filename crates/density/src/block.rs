@@ -39,7 +39,7 @@ pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
 /// (nothing when `at` is past the end, or off x86-64): for a pass that knows what it reads
 /// next, so that reading it from memory overlaps the arithmetic on what is already in cache.
 #[inline(always)]
-pub fn prefetch(values: &[f64], at: usize) {
+pub(crate) fn prefetch(values: &[f64], at: usize) {
     #[cfg(target_arch = "x86_64")]
     if let Some(v) = values.get(at) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -53,6 +53,34 @@ pub fn prefetch(values: &[f64], at: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (values, at);
+}
+
+/// Asks for share `part` of `parts` of the cache lines (one per 8 values) of `rows` of each of
+/// `columns`, column after column: for a pass whose `parts` steps over what is in cache each
+/// ask for an equal share of what it reads next, so that the next piece's read overlaps their
+/// arithmetic instead of following it.
+#[inline(always)]
+pub fn prefetch_share<C: AsRef<[f64]>>(
+    columns: &[C],
+    rows: std::ops::Range<usize>,
+    part: usize,
+    parts: usize,
+) {
+    let per_column = rows.len().div_ceil(8);
+    if per_column == 0 || parts == 0 {
+        return;
+    }
+    let lines = columns.len() * per_column;
+    let (start, end) = (part * lines / parts, (part + 1) * lines / parts);
+    // Column q, line t of it; stepped rather than divided out for each line.
+    let (mut q, mut t) = (start / per_column, start % per_column);
+    for _ in start..end {
+        prefetch(columns[q].as_ref(), rows.start + 8 * t);
+        t += 1;
+        if t == per_column {
+            (q, t) = (q + 1, 0);
+        }
+    }
 }
 
 /// Runs `f` on column `j` of `m` as a mutable slice: in place when contiguous, else copied out

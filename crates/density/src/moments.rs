@@ -175,14 +175,12 @@ impl EachClass<'_> {
                     // K = 6 0.079-0.082 -> 0.067-0.068 s; K = 4 0.063-0.065 -> 0.053-0.056 s;
                     // d = 16, K = 10 0.026-0.027 -> 0.024-0.025 s.
                     let (next_col, next_r0) = if j + 1 < d { (j + 1, r0) } else { (0, r1) };
-                    let next_rows = (next_r0 + MOMENTS_BLOCK_ROWS)
-                        .min(whole)
-                        .saturating_sub(next_r0);
-                    let lines = next_rows.div_ceil(8);
+                    let (next, next_rows) = (
+                        [columns[next_col]],
+                        next_r0..(next_r0 + MOMENTS_BLOCK_ROWS).min(whole),
+                    );
                     for (c, w) in weights.iter().enumerate() {
-                        for line in c * lines / k..(c + 1) * lines / k {
-                            crate::block::prefetch(columns[next_col], next_r0 + 8 * line);
-                        }
+                        crate::block::prefetch_share(&next, next_rows.clone(), c, k);
                         let (wv, _) = S::as_simd_f64s(&w[r0..r1]);
                         let at = (c * d + j) * A;
                         let mut sums: [S::f64s; A] = std::array::from_fn(|a| acc[at + a]);

@@ -1573,23 +1573,11 @@ impl DiagonalLogJoint<'_> {
                 } else {
                     None
                 };
-                // Its cache lines (one per 8 values), column after column, each class asking
-                // for an equal share before its pass.
-                let (per_column, lines) = next.map_or((0, 0), |(nr0, nj)| {
-                    let per_column = ((nr0 + block_rows).min(b) - nr0).div_ceil(8);
-                    (per_column, width_at(nj) * per_column)
-                });
                 for (c, sum) in sums.iter_mut().enumerate() {
+                    // Each class asks for an equal share of the next group before its pass.
                     if let Some((nr0, nj)) = next {
-                        let (start, end) = (c * lines / k, (c + 1) * lines / k);
-                        let (mut q, mut t) = (start / per_column, start % per_column);
-                        for _ in start..end {
-                            density::block::prefetch(&columns[nj + q], nr0 + 8 * t);
-                            t += 1;
-                            if t == per_column {
-                                (q, t) = (q + 1, 0);
-                            }
-                        }
+                        let group = &columns[nj..nj + width_at(nj)];
+                        density::block::prefetch_share(group, nr0..(nr0 + block_rows).min(b), c, k);
                     }
                     let at = |v: &[f64]| -> [f64; DIAGONAL_GROUP] {
                         std::array::from_fn(|q| v[c * d + (j + q).min(d - 1)])
