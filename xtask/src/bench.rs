@@ -443,9 +443,17 @@ fn classifier_rows<S: WeightedFit>(
 }
 
 /// Seconds per EM iteration with tol = 0 (so exactly that many iterations run), all rows
-/// unlabeled but 2d + 5 per class (enough for a labeled-only QDA start). Each repetition times a
-/// 1-iteration and a 3-iteration fit back to back and takes half their difference; the median of
-/// those paired differences drifts less with the machine's speed than a difference of two medians.
+/// unlabeled but 2d + 5 per class (enough for a labeled-only QDA start). Each repetition is one
+/// fit of [`EM_TIMED_FIT_ITERATIONS`] iterations whose observer marks the end of every E-step,
+/// and takes the mean of the iterations between the first and the last (each an M-step then an
+/// E-step): the first pays the run's one-time costs and the last writes the posteriors the fit
+/// returns, as a fit's one-time start does not.
+///
+/// Why not the difference of a 1-iteration and a 3-iteration fit (as until the thirty-ninth
+/// round): under `--compare`'s host gate the canaries ran right before the 1-iteration fit,
+/// which so started with cold caches and the 3-iteration fit after it did not. The difference
+/// lost that cold start's cost, which at d = 2, K = 2 was about as long as two iterations (the
+/// row read 0.0001 s, an iteration takes about 0.003 s), and every row was low by half of it.
 fn em_iteration<S: WeightedFit + Clone>(
     spec: &S,
     x: MatRef<'_, f64>,
@@ -462,30 +470,45 @@ fn em_iteration<S: WeightedFit + Clone>(
         .collect();
     let xl = Mat::from_fn(lab.len(), x.ncols(), |i, j| x[(lab[i], j)]);
     let yl: Vec<usize> = lab.iter().map(|i| y[*i]).collect();
-    let em_for = |iters: usize| {
-        SemiSupervisedEm::new(
-            spec.clone(),
-            EmParams {
-                max_iter: iters,
-                tol: 0.0,
-                ..Default::default()
-            },
-        )
-        .map_err(|e| e.to_string())
+    let em = SemiSupervisedEm::new(
+        spec.clone(),
+        EmParams {
+            max_iter: EM_TIMED_FIT_ITERATIONS,
+            tol: 0.0,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let timed = || -> Result<f64, String> {
+        let mut marks = Vec::with_capacity(EM_TIMED_FIT_ITERATIONS + 1);
+        let start = Instant::now();
+        let fit = em
+            .fit_with_observer(xl.as_ref(), &yl, k, x, &mut |_| {
+                marks.push(start.elapsed().as_secs_f64())
+            })
+            .map_err(|e| e.to_string())?;
+        middle_iterations_mean(&marks).ok_or_else(|| {
+            format!(
+                "the timed EM fit (d = {}, K = {k}) ran {} of {EM_TIMED_FIT_ITERATIONS} iterations: {:?}",
+                x.ncols(),
+                fit.report.iterations,
+                fit.report.warnings
+            )
+        })
     };
-    let (one, three) = (em_for(1)?, em_for(3)?);
-    let timed = |em: &SemiSupervisedEm<S>| -> Result<f64, String> {
-        let t = Instant::now();
-        em.fit(xl.as_ref(), &yl, k, x).map_err(|e| e.to_string())?;
-        Ok(t.elapsed().as_secs_f64())
-    };
-    timed(&three)?; // warm-up
-    let diffs = gated(reps, || {
-        let t1 = timed(&one)?;
-        let t3 = timed(&three)?;
-        Ok::<f64, String>(((t3 - t1) / 2.0).max(0.0))
-    })?;
-    Ok(median(diffs))
+    timed()?; // warm-up
+    Ok(median(gated(reps, timed)?))
+}
+
+/// Iterations of each timed EM fit: the first and the last are not timed, so two remain.
+const EM_TIMED_FIT_ITERATIONS: usize = 4;
+
+/// The mean length of the iterations between the first and the last, from the times at which
+/// each E-step ended (`marks[0]` the initial E-step, `marks[i]` iteration i's); `None` unless
+/// all [`EM_TIMED_FIT_ITERATIONS`] iterations ran.
+fn middle_iterations_mean(marks: &[f64]) -> Option<f64> {
+    let last = EM_TIMED_FIT_ITERATIONS;
+    (marks.len() == last + 1).then(|| (marks[last - 1] - marks[1]) / (last - 2) as f64)
 }
 
 /// Which rows `bench` times: `--models` (scikit-learn's names: LDA_lsqr, QDA, GaussianNB,
@@ -1155,7 +1178,7 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
         let _ = spec.fit_sets(&sets);
     });
     eprintln!(
-        "d={d} k={k}: {per_iter:.3} s per EM iteration (median of 3); fastest E-step log joints (as EM scores them) {e_step:.4} s, predict_proba {posteriors:.4} s, M-step fit {m_step:.4} s ({:.1} s in all)",
+        "d={d} k={k}: {per_iter:.3} s per EM iteration (as `bench` times it, median of 3); fastest E-step log joints (as EM scores them) {e_step:.4} s, predict_proba {posteriors:.4} s, M-step fit {m_step:.4} s ({:.1} s in all)",
         t.elapsed().as_secs_f64()
     );
     Ok(())
@@ -1282,6 +1305,18 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The timed iterations are the middle ones: a slow first or last iteration does not count,
+    /// and a fit that stopped early gives no time.
+    #[test]
+    fn em_iterations_are_timed_between_the_first_and_the_last() {
+        // Initial E-step done at 1.0; iterations of 5.0 (first), 2.0, 4.0 and 9.0 (last).
+        let marks = [1.0, 6.0, 8.0, 12.0, 21.0];
+        assert_eq!(EM_TIMED_FIT_ITERATIONS, 4);
+        assert_eq!(middle_iterations_mean(&marks), Some(3.0));
+        assert_eq!(middle_iterations_mean(&marks[..4]), None);
+        assert_eq!(middle_iterations_mean(&[]), None);
+    }
 
     #[test]
     fn both_bandwidth_sums_read_every_value_once() {
