@@ -26,7 +26,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Gamma, Poisson, StandardNormal};
 use rayon::prelude::*;
-use ssl_em::{EmParams, Lambda, SemiSupervisedEm};
+use ssl_em::{EmFit, EmParams, Lambda, SemiSupervisedEm};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -446,8 +446,8 @@ fn classifier_rows<S: WeightedFit>(
 /// unlabeled but 2d + 5 per class (enough for a labeled-only QDA start). Each repetition is one
 /// fit of [`EM_TIMED_FIT_ITERATIONS`] iterations whose observer marks the end of every E-step,
 /// and takes the mean of the iterations between the first and the last (each an M-step then an
-/// E-step): the first pays the run's one-time costs and the last writes the posteriors the fit
-/// returns, as a fit's one-time start does not.
+/// E-step): the first pays the run's one-time costs, and the last also writes the posteriors
+/// the fit returns.
 ///
 /// Why not the difference of a 1-iteration and a 3-iteration fit (as until the thirty-ninth
 /// round): under `--compare`'s host gate the canaries ran right before the 1-iteration fit,
@@ -480,13 +480,7 @@ fn em_iteration<S: WeightedFit + Clone>(
     )
     .map_err(|e| e.to_string())?;
     let timed = || -> Result<f64, String> {
-        let mut marks = Vec::with_capacity(EM_TIMED_FIT_ITERATIONS + 1);
-        let start = Instant::now();
-        let fit = em
-            .fit_with_observer(xl.as_ref(), &yl, k, x, &mut |_| {
-                marks.push(start.elapsed().as_secs_f64())
-            })
-            .map_err(|e| e.to_string())?;
+        let MarkedFit { fit, marks, .. } = fit_with_marks(&em, xl.as_ref(), &yl, k, x)?;
         middle_iterations_mean(&marks).ok_or_else(|| {
             format!(
                 "the timed EM fit (d = {}, K = {k}) ran {} of {EM_TIMED_FIT_ITERATIONS} iterations: {:?}",
@@ -498,6 +492,36 @@ fn em_iteration<S: WeightedFit + Clone>(
     };
     timed()?; // warm-up
     Ok(median(gated(reps, timed)?))
+}
+
+/// A fit timed by [`fit_with_marks`].
+struct MarkedFit<M> {
+    fit: EmFit<M>,
+    /// Seconds after the start at which each E-step ended (the observer runs after every
+    /// E-step: the first mark ends the initial fit and the first E-step, the gaps between marks
+    /// are whole iterations, an M-step then an E-step).
+    marks: Vec<f64>,
+    /// Seconds from the start to the return.
+    total: f64,
+}
+
+/// `em`'s fit, with the end of each of its E-steps marked.
+fn fit_with_marks<S: WeightedFit + Clone>(
+    em: &SemiSupervisedEm<S>,
+    x_l: MatRef<'_, f64>,
+    y_l: &[usize],
+    k: usize,
+    x_u: MatRef<'_, f64>,
+) -> Result<MarkedFit<S::Model>, String> {
+    let mut marks = Vec::new();
+    let start = Instant::now();
+    let fit = em
+        .fit_with_observer(x_l, y_l, k, x_u, &mut |_| {
+            marks.push(start.elapsed().as_secs_f64())
+        })
+        .map_err(|e| e.to_string())?;
+    let total = start.elapsed().as_secs_f64();
+    Ok(MarkedFit { fit, marks, total })
 }
 
 /// Iterations of each timed EM fit: the first and the last are not timed, so two remain.
@@ -1124,18 +1148,9 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    // Where a fit's time goes: the observer runs after every E-step, so the first mark ends
-    // the initial fit and the first E-step, the gaps between marks are whole iterations (M-step
-    // then E-step), and the last mark to the return is the final posteriors and the dominance
-    // diagnostic.
-    let mut marks = Vec::new();
-    let start = Instant::now();
-    let fit = em
-        .fit_with_observer(xl.as_ref(), &yl, k, x.as_ref(), &mut |_| {
-            marks.push(start.elapsed().as_secs_f64())
-        })
-        .map_err(|e| e.to_string())?;
-    let total = start.elapsed().as_secs_f64();
+    // Where a fit's time goes: the marks' gaps are whole iterations, and the last mark to the
+    // return is the final posteriors and the dominance diagnostic.
+    let MarkedFit { fit, marks, total } = fit_with_marks(&em, xl.as_ref(), &yl, k, x.as_ref())?;
     let gaps: Vec<String> = marks
         .windows(2)
         .map(|w| format!("{:.3}", w[1] - w[0]))
