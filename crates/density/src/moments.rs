@@ -62,6 +62,49 @@ fn column_moments<S: Simd>(simd: S, w: Option<&[f64]>, total: f64, col: &[f64]) 
     (m, weighted_sum_sq(simd, w, col, m))
 }
 
+/// Each run's mean and squared deviations of the column `col`, weight one per value: run c,
+/// rows `first..first + n` for its `(first, n)` in `runs`, into `means[c · d + j]` and
+/// `scatters[c · d + j]` (zeros for an empty run), the bits [`diagonal_moments`] gives for
+/// those rows.
+pub(crate) fn runs_moments(
+    col: &[f64],
+    runs: &[(usize, usize)],
+    means: &mut [f64],
+    scatters: &mut [f64],
+    j: usize,
+    d: usize,
+) {
+    struct Runs<'a> {
+        col: &'a [f64],
+        runs: &'a [(usize, usize)],
+        means: &'a mut [f64],
+        scatters: &'a mut [f64],
+        j: usize,
+        d: usize,
+    }
+    impl pulp::WithSimd for Runs<'_> {
+        type Output = ();
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, simd: S) {
+            for (c, &(first, n)) in self.runs.iter().enumerate() {
+                let at = c * self.d + self.j;
+                (self.means[at], self.scatters[at]) = match n {
+                    0 => (0.0, 0.0),
+                    n => column_moments(simd, None, n as f64, &self.col[first..first + n]),
+                };
+            }
+        }
+    }
+    pulp::Arch::new().dispatch(Runs {
+        col,
+        runs,
+        means,
+        scatters,
+        j,
+        d,
+    });
+}
+
 /// [`diagonal_moments`] for several weight vectors over the same rows: class c's weighted mean
 /// of each column into `means[c·d..(c + 1)·d]` and its weighted squared deviations into
 /// `scatters[c·d..]`, with `weights[c]` summing to `totals[c] > 0`. The bits are those of

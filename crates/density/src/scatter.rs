@@ -114,7 +114,7 @@ impl ClassBlocks {
     /// finite: the split reads each value once, so a caller can skip a separate pass that
     /// checks them (which, on a block larger than the cache, would read it from memory twice).
     pub fn split(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
-        self.split_body(x, labels, k, false)
+        self.split_body(x, labels, k, AfterColumn::Keep)
     }
 
     /// As [`ClassBlocks::split`], and each class's rows centred at its mean as each column is
@@ -127,19 +127,70 @@ impl ClassBlocks {
     /// from L2 (at d = 16 they are 512 KB), one column at a time; here they read the column
     /// just written, from L1.
     pub fn split_centred(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize) -> bool {
-        self.split_body(x, labels, k, true)
+        self.split_body(x, labels, k, AfterColumn::Centre)
     }
 
-    fn split_body(&mut self, x: MatRef<'_, f64>, labels: &[usize], k: usize, centre: bool) -> bool {
+    /// Each class's diagonal moments, as [`ClassBlocks::split`] and then
+    /// [`crate::moments::diagonal_moments`] of each class's rows (`class_rows(c)`, weight one
+    /// each) give them, to the bit: class c's mean of column j into `means[c · d + j]` and its
+    /// squared deviations from it into `scatters[c · d + j]` (zeros for an empty class). The
+    /// blocks keep each class's length ([`ClassBlocks::class_len`]) but no rows
+    /// ([`ClassBlocks::class_rows`] is then empty). Returns whether every value of `x` is
+    /// finite.
+    ///
+    /// Why: a split chunk of 4096 rows at d = 64 is 2 MB, the size of the Xeon's L2, so each
+    /// class's moments read its rows back from L3 after the whole split; here each column is
+    /// split into one column's room and its moments taken while it is in L1.
+    pub fn split_diagonal_moments(
+        &mut self,
+        x: MatRef<'_, f64>,
+        labels: &[usize],
+        k: usize,
+        means: &mut [f64],
+        scatters: &mut [f64],
+    ) -> bool {
+        self.split_body(
+            x,
+            labels,
+            k,
+            AfterColumn::DiagonalMoments { means, scatters },
+        )
+    }
+
+    /// [`ClassBlocks::split_diagonal_moments`] from the rows of `x` listed class by class, as
+    /// [`ClassBlocks::split_by_order`] takes them.
+    pub fn split_by_order_diagonal_moments(
+        &mut self,
+        x: MatRef<'_, f64>,
+        order: &[usize],
+        ranges: &[(usize, usize)],
+        means: &mut [f64],
+        scatters: &mut [f64],
+    ) -> bool {
+        self.split_by_order_body(
+            x,
+            order,
+            ranges,
+            AfterColumn::DiagonalMoments { means, scatters },
+        )
+    }
+
+    fn split_body(
+        &mut self,
+        x: MatRef<'_, f64>,
+        labels: &[usize],
+        k: usize,
+        mut after: AfterColumn<'_>,
+    ) -> bool {
         let (n, d) = (x.nrows().min(labels.len()), x.ncols());
         let labels = &labels[..n];
         self.lay_out(
             d,
             crate::moments::group_counts(labels, k).into_iter(),
-            centre,
+            &after,
         );
-        let stride = self.stride;
-        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
+        let (stride, cols) = (self.stride, self.cols);
+        let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
         let (means, ones) = (&mut self.means, &self.ones);
         let mut finite = true;
         // Each class's next free row, in the row-at-a-time path (one allocation per split).
@@ -169,7 +220,7 @@ impl ClassBlocks {
                 if j % TOUCHED_COLUMNS == 0 {
                     touch_columns(x, j, n);
                 }
-                let col = &mut block[j * stride..(j + 1) * stride];
+                let col = after.column(block, j, stride);
                 finite &= match x.col(j).try_as_col_major() {
                     Some(src) => {
                         let src = src.as_slice();
@@ -180,18 +231,17 @@ impl ClassBlocks {
                     }
                     None => split_column(|r| x[(r, j)], labels, classes, &mut next, col),
                 };
-                if centre {
-                    centre_classes(col, classes, ones, means, j, d);
-                }
+                after.finish_column(col, classes, ones, means, j, d);
             }
+            after.release(self);
             return finite;
         }
-        for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
+        for j in 0..d {
+            let col = after.column(block, j, stride);
             finite &= split_column(|r| x[(r, j)], labels, &self.classes, &mut next, col);
-            if centre {
-                centre_classes(col, &self.classes, &self.ones, means, j, d);
-            }
+            after.finish_column(col, &self.classes, ones, means, j, d);
         }
+        after.release(self);
         finite
     }
 
@@ -204,12 +254,24 @@ impl ClassBlocks {
         order: &[usize],
         ranges: &[(usize, usize)],
     ) -> bool {
+        self.split_by_order_body(x, order, ranges, AfterColumn::Keep)
+    }
+
+    fn split_by_order_body(
+        &mut self,
+        x: MatRef<'_, f64>,
+        order: &[usize],
+        ranges: &[(usize, usize)],
+        mut after: AfterColumn<'_>,
+    ) -> bool {
         let d = x.ncols();
-        self.lay_out(d, ranges.iter().map(|&(_, len)| len), false);
-        let stride = self.stride;
-        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
+        self.lay_out(d, ranges.iter().map(|&(_, len)| len), &after);
+        let (stride, cols) = (self.stride, self.cols);
+        let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
+        let (means, ones) = (&mut self.means, &self.ones);
         let mut finite = true;
-        for (j, col) in block.chunks_mut(stride.max(1)).take(d).enumerate() {
+        for j in 0..d {
+            let col = after.column(block, j, stride);
             if j % TOUCHED_COLUMNS == 0 {
                 touch_columns(x, j, x.nrows());
             }
@@ -234,15 +296,22 @@ impl ClassBlocks {
                     listed.fold(true, |a, &r| a & (x[(r, j)].abs() < f64::INFINITY))
                 }
             };
+            after.finish_column(col, &self.classes, ones, means, j, d);
         }
+        after.release(self);
         finite
     }
 
-    /// Places classes of `lens` rows for `d` columns, and zeros the padding columns; with
-    /// `centre`, makes room for the classes' means.
-    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>, centre: bool) {
+    /// Places classes of `lens` rows for `d` columns (for one column's room, reused by every
+    /// column, when `after` keeps nothing), and zeros the padding columns; when `after` centres,
+    /// makes room for the classes' means.
+    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>, after: &AfterColumn<'_>) {
+        let centre = matches!(after, AfterColumn::Centre);
         self.d = d;
-        self.cols = d.div_ceil(TILE_J) * TILE_J;
+        self.cols = match after {
+            AfterColumn::DiagonalMoments { .. } => 1,
+            _ => d.div_ceil(TILE_J) * TILE_J,
+        };
         self.classes.clear();
         let mut stride = 0;
         for len in lens {
@@ -254,7 +323,7 @@ impl ClassBlocks {
         }
         self.stride = stride;
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
-        block[d * stride..].fill(0.0);
+        block[d.min(self.cols) * stride..].fill(0.0);
         self.centred = centre;
         self.means.clear();
         if centre {
@@ -275,6 +344,10 @@ impl ClassBlocks {
     /// Class `c`'s rows as the split laid them out (`class_len(c)` × d, each column
     /// contiguous), for kernels other than the scatter's (an unknown class has no rows).
     pub fn class_rows(&mut self, c: usize) -> MatRef<'_, f64> {
+        if self.cols == 0 {
+            // No columns, or a split that kept no rows ([`ClassBlocks::split_diagonal_moments`]).
+            return MatRef::from_column_major_slice(&[], 0, self.d);
+        }
         let (first, n) = self.classes.get(c).copied().unwrap_or((0, 0));
         let (d, stride) = (self.d, self.stride);
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
@@ -302,7 +375,8 @@ impl ClassBlocks {
     ) {
         mean.fill(0.0);
         scatter.fill(0.0);
-        let Some(&(first, n)) = self.classes.get(c).filter(|&&(_, n)| n > 0) else {
+        let kept = self.cols > 0;
+        let Some(&(first, n)) = self.classes.get(c).filter(|&&(_, n)| n > 0 && kept) else {
             return;
         };
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
@@ -1116,6 +1190,58 @@ impl pulp::WithSimd for CentreClasses<'_> {
             let m = weighted_sum(simd, wv, yv) / n as f64;
             means[c * d + j] = m;
             run[..n].iter_mut().for_each(|v| *v -= m);
+        }
+    }
+}
+
+/// What a split of [`ClassBlocks`] does with each column once its classes are laid out.
+enum AfterColumn<'a> {
+    /// Keeps it, as read.
+    Keep,
+    /// Keeps it, each class centred at its mean ([`centre_classes`]).
+    Centre,
+    /// Takes each class's mean and squared deviations of it into `means[c · d + j]` and
+    /// `scatters[c · d + j]`, and keeps nothing: every column is split into the same room.
+    DiagonalMoments {
+        means: &'a mut [f64],
+        scatters: &'a mut [f64],
+    },
+}
+
+impl AfterColumn<'_> {
+    /// Where column `j` is split to.
+    fn column<'b>(&self, block: &'b mut [f64], j: usize, stride: usize) -> &'b mut [f64] {
+        let at = match self {
+            AfterColumn::DiagonalMoments { .. } => 0,
+            _ => j * stride,
+        };
+        &mut block[at..at + stride]
+    }
+
+    /// Column `j` of `d`, just split into `col`.
+    fn finish_column(
+        &mut self,
+        col: &mut [f64],
+        classes: &[(usize, usize)],
+        ones: &[f64],
+        centre_means: &mut [f64],
+        j: usize,
+        d: usize,
+    ) {
+        match self {
+            AfterColumn::Keep => {}
+            AfterColumn::Centre => centre_classes(col, classes, ones, centre_means, j, d),
+            AfterColumn::DiagonalMoments { means, scatters } => {
+                crate::moments::runs_moments(col, classes, means, scatters, j, d)
+            }
+        }
+    }
+
+    /// After the last column: blocks that kept nothing hold no rows (their classes keep
+    /// their lengths).
+    fn release(&self, blocks: &mut ClassBlocks) {
+        if let AfterColumn::DiagonalMoments { .. } = self {
+            blocks.cols = 0;
         }
     }
 }
@@ -2369,6 +2495,56 @@ mod tests {
                             assert_same_bits(&got, &want, &what);
                             wants.push(want);
                         }
+                        // Each class's diagonal moments as each column is split: the bits of
+                        // `diagonal_moments` on the class's rows (zeros for the empty class).
+                        let (mut want_means, mut want_scatters) =
+                            (vec![0.0; k * d], vec![0.0; k * d]);
+                        for c in 0..k {
+                            let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == c).collect();
+                            if rows.is_empty() {
+                                continue;
+                            }
+                            let class = Mat::from_fn(rows.len(), d, |t, j| x[(rows[t], j)]);
+                            crate::moments::diagonal_moments(
+                                class.as_ref(),
+                                None,
+                                rows.len() as f64,
+                                &mut want_means[c * d..(c + 1) * d],
+                                &mut want_scatters[c * d..(c + 1) * d],
+                            );
+                        }
+                        let (mut means, mut scatters) =
+                            (vec![f64::NAN; k * d], vec![f64::NAN; k * d]);
+                        assert!(if by_order {
+                            blocks.split_by_order_diagonal_moments(
+                                view,
+                                &order,
+                                &ranges,
+                                &mut means,
+                                &mut scatters,
+                            )
+                        } else {
+                            blocks.split_diagonal_moments(
+                                view,
+                                &labels,
+                                k,
+                                &mut means,
+                                &mut scatters,
+                            )
+                        });
+                        let what = format!(
+                            "diagonal: d={d} n={n} k={k} by order {by_order} layout={which}"
+                        );
+                        assert_same_bits(&(means, scatters), &(want_means, want_scatters), &what);
+                        // The blocks kept each class's length but no rows.
+                        for c in 0..k {
+                            let len = labels.iter().filter(|&&l| l == c).count();
+                            assert_eq!(blocks.class_len(c), len, "{what}");
+                            assert_eq!(blocks.class_rows(c).nrows(), 0, "{what}");
+                            let mut got = (vec![f64::NAN; d], vec![f64::NAN; d * d]);
+                            blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
+                            assert!(got.0.iter().chain(&got.1).all(|&v| v == 0.0), "{what}");
+                        }
                         if by_order {
                             continue;
                         }
@@ -2412,6 +2588,15 @@ mod tests {
                         );
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
+                        let (mut m, mut s) = (vec![0.0; 2 * d], vec![0.0; 2 * d]);
+                        assert!(
+                            !blocks.split_diagonal_moments(view, &labels, 2, &mut m, &mut s),
+                            "diagonal: d={d} n={n} row {row}: {v}"
+                        );
+                        let (m, s) = (&mut m[..d], &mut s[..d]);
+                        let by_order =
+                            blocks.split_by_order_diagonal_moments(view, &order, &[(0, n)], m, s);
+                        assert!(!by_order, "diagonal by order: d={d} n={n} row {row}: {v}");
                     }
                 }
             }

@@ -602,10 +602,45 @@ impl Checked<GaussianParams> {
         // the check (a check, then a copy in class order, read a chunk too large for L2
         // from memory twice). Up to 4 classes are packed out of each column with
         // AVX-512; more, or any without AVX-512, are grouped first and copied by index.
+        if let Some(labels) = chunk.labels
+            && kind != ScatterKind::Full
+        {
+            // Each class's diagonal moments of each column as it is split, while it is in L1;
+            // the blocks keep nothing.
+            let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
+            let finite = if split_packs(k) {
+                blocks.split_diagonal_moments(chunk.x, labels, k, &mut means, &mut scatters)
+            } else {
+                groups.regroup(labels, k);
+                let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
+                blocks.split_by_order_diagonal_moments(
+                    chunk.x,
+                    groups.order(),
+                    &ranges,
+                    &mut means,
+                    &mut scatters,
+                )
+            };
+            if !finite {
+                // The check names the first non-finite value.
+                check_chunk(&chunk)?;
+            }
+            return Ok(wrap(
+                (0..k)
+                    .map(|c| {
+                        SufficientStats::diagonal_from_parts(
+                            blocks.class_len(c) as f64,
+                            means[c * d..(c + 1) * d].to_vec(),
+                            scatters[c * d..(c + 1) * d].to_vec(),
+                        )
+                    })
+                    .collect(),
+            ));
+        }
         if let Some(labels) = chunk.labels {
             // Per-class full scatters (QDA) of packed classes centre each class as its
-            // columns are split (`split_centred`); the diagonal and pooled statistics
-            // read the rows as they are.
+            // columns are split (`split_centred`); the pooled statistics read the rows as
+            // they are.
             let finite = if split_packs(k) {
                 if kind == ScatterKind::Full && !pooled {
                     blocks.split_centred(chunk.x, labels, k)
@@ -620,17 +655,6 @@ impl Checked<GaussianParams> {
             if !finite {
                 // The check names the first non-finite value.
                 check_chunk(&chunk)?;
-            }
-            if kind != ScatterKind::Full {
-                // Each class's diagonal moments from its own block.
-                let out = (0..k)
-                    .map(|c| {
-                        let mut st = SufficientStats::new(d, kind);
-                        st.accumulate_unweighted(blocks.class_rows(c), buffer);
-                        st
-                    })
-                    .collect();
-                return Ok(wrap(out));
             }
             if pooled {
                 let (mut means, mut within) = (vec![0.0; k * d], vec![0.0; d * d]);
