@@ -473,6 +473,16 @@ pub fn grouped_counts_above(
     })
 }
 
+/// Labels as 64-bit integers, for vector comparisons: the labels themselves where `usize` is 64
+/// bits (a copy of a chunk's labels, 32 KB allocated and freed per call, was about 2% of a
+/// d = 2 fit), a copy otherwise.
+fn labels_as_u64(labels: &[usize]) -> std::borrow::Cow<'_, [u64]> {
+    match pulp::bytemuck::try_cast_slice(labels) {
+        Ok(ids) => std::borrow::Cow::Borrowed(ids),
+        Err(_) => labels.iter().map(|&g| g as u64).collect(),
+    }
+}
+
 /// Bits per group's count in a packed counter of [`CountsAbove`].
 const COUNT_BITS: usize = 12;
 /// Groups per packed counter (5 fields of 12 bits in a 64-bit lane).
@@ -517,15 +527,8 @@ impl pulp::WithSimd for CountsAbove<'_> {
         // Word w's codes of the rows, then word w + 1's: a row of an unknown group adds nothing.
         // Made a vector of rows at a time, one comparison per group (a scalar loop over the
         // rows, with its lookup and store per row, cost more than the counts at d = 2).
-        let copied: Vec<u64>;
-        let ids: &[u64] = match pulp::bytemuck::try_cast_slice(&groups[..whole]) {
-            Ok(ids) => ids,
-            Err(_) => {
-                copied = groups[..whole].iter().map(|&g| g as u64).collect();
-                &copied
-            }
-        };
-        let (id_vectors, _) = S::as_simd_u64s(ids);
+        let ids = labels_as_u64(&groups[..whole]);
+        let (id_vectors, _) = S::as_simd_u64s(&ids);
         let mut codes = vec![0u64; words * whole];
         for (w, word) in codes.chunks_mut(whole.max(1)).enumerate() {
             let (code_vectors, _) = S::as_mut_simd_u64s(word);
@@ -783,17 +786,8 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         (true, true) => Term::Product,
     };
     // One mask per group and vector of rows, group-major: the lanes of that vector in the group.
-    // The labels as they are where `usize` is 64 bits (a copy of the chunk's labels, 32 KB
-    // allocated and freed per call, was about 2% of a d = 2 fit); copied otherwise.
-    let copied: Vec<u64>;
-    let ids: &[u64] = match pulp::bytemuck::try_cast_slice(&groups[..whole]) {
-        Ok(ids) => ids,
-        Err(_) => {
-            copied = groups[..whole].iter().map(|&g| g as u64).collect();
-            &copied
-        }
-    };
-    let (id_vectors, _) = S::as_simd_u64s(ids);
+    let ids = labels_as_u64(&groups[..whole]);
+    let (id_vectors, _) = S::as_simd_u64s(&ids);
     let vectors = id_vectors.len();
     let mut masks = Vec::with_capacity(k * vectors);
     for g in 0..k {
