@@ -597,16 +597,16 @@ impl Checked<GaussianParams> {
                 within,
             }));
         }
-        // Every other labeled chunk: copied once into the classes' blocks, which also
-        // tells whether its values are finite, so it is read once, not a second time by
-        // the check (a check, then a copy in class order, read a chunk too large for L2
-        // from memory twice). Up to 4 classes are packed out of each column with
-        // AVX-512; more, or any without AVX-512, are grouped first and copied by index.
+        // Every other labeled chunk: split by class once, which also tells whether its
+        // values are finite, so it is read once, not a second time by the check (a check,
+        // then a copy in class order, read a chunk too large for L2 from memory twice). Up
+        // to 4 classes are packed out of each column with AVX-512; more, or any without
+        // AVX-512, are grouped first and copied by index. Diagonal statistics keep no
+        // blocks: each class's moments of a column are taken as it is split.
         if let Some(labels) = chunk.labels
             && kind != ScatterKind::Full
         {
-            // Each class's diagonal moments of each column as it is split, while it is in L1;
-            // the blocks keep nothing.
+            // Each column is split into one column's room and its moments taken from L1.
             let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
             let finite = if split_packs(k) {
                 blocks.split_diagonal_moments(chunk.x, labels, k, &mut means, &mut scatters)
@@ -637,6 +637,7 @@ impl Checked<GaussianParams> {
                     .collect(),
             ));
         }
+        // Full statistics: the classes' blocks kept whole.
         if let Some(labels) = chunk.labels {
             // Per-class full scatters (QDA) of packed classes centre each class as its
             // columns are split (`split_centred`); the pooled statistics read the rows as
