@@ -118,10 +118,10 @@ impl ClassBlocks {
     }
 
     /// As [`ClassBlocks::split`], and each class's rows centred at its mean as each column is
-    /// split, while the column is in cache; [`ClassBlocks::mean_and_scatter`] then gives the
-    /// same bits as after `split`, without a pass of its own over the blocks to centre them.
-    /// Not for [`ClassBlocks::class_rows`] or [`ClassBlocks::means_and_pooled_scatter`], which
-    /// read the rows as they are.
+    /// split, while the column is in cache; [`ClassBlocks::mean_and_scatter`] and
+    /// [`ClassBlocks::means_and_pooled_scatter`] then give the same bits as after `split`,
+    /// without a pass of their own over the blocks to centre them. Not for
+    /// [`ClassBlocks::class_rows`], which reads the rows as they are.
     ///
     /// Why: after the split, each class's sums and centring read the whole chunk's blocks again
     /// from L2 (at d = 16 they are 512 KB), one column at a time; here they read the column
@@ -255,6 +255,20 @@ impl ClassBlocks {
         ranges: &[(usize, usize)],
     ) -> bool {
         self.split_by_order_body(x, order, ranges, AfterColumn::Keep)
+    }
+
+    /// As [`ClassBlocks::split_by_order`], and each class's rows centred at its mean as each
+    /// column is split, as [`ClassBlocks::split_centred`] does for packed classes: then
+    /// [`ClassBlocks::mean_and_scatter`] and [`ClassBlocks::means_and_pooled_scatter`] give the
+    /// bits they give after `split_by_order`, without a pass of their own over the blocks to
+    /// take the means and centre them (at d = 64 a chunk's blocks are 2 MB, the whole L2).
+    pub fn split_by_order_centred(
+        &mut self,
+        x: MatRef<'_, f64>,
+        order: &[usize],
+        ranges: &[(usize, usize)],
+    ) -> bool {
+        self.split_by_order_body(x, order, ranges, AfterColumn::Centre)
     }
 
     fn split_by_order_body(
@@ -413,7 +427,9 @@ impl ClassBlocks {
     /// each class is centred in place at its own mean, and the tiles then run once over the
     /// whole block, rather than once per class with K sets of partial passes, reductions and
     /// d × d results to merge. Like [`ClassBlocks::mean_and_scatter`], this centres the rows in
-    /// place, so it is called once per split (and not with it).
+    /// place, so it is called once per split (and not with it); after a centred split
+    /// ([`ClassBlocks::split_by_order_centred`]) it takes the means the split took, and runs the
+    /// tiles alone.
     pub fn means_and_pooled_scatter(
         &mut self,
         means: &mut [f64],
@@ -423,12 +439,20 @@ impl ClassBlocks {
         let d = self.d;
         debug_assert_eq!(means.len(), self.classes.len() * d);
         debug_assert_eq!(scatter.len(), d * d);
+        means.fill(0.0);
+        scatter.fill(0.0);
+        if self.cols == 0 {
+            // A split that kept no rows ([`ClassBlocks::split_diagonal_moments`]).
+            return;
+        }
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
+        let centred = self.centred.then_some(&self.means[..]);
         pulp::Arch::new().dispatch(Pooled {
             y: block,
             stride: self.stride,
             d,
             classes: &self.classes,
+            centred,
             means,
             scatter,
             scratch,
@@ -442,6 +466,8 @@ struct Pooled<'a> {
     stride: usize,
     d: usize,
     classes: &'a [(usize, usize)],
+    /// The means a centred split took (the rows already centred at them).
+    centred: Option<&'a [f64]>,
     means: &'a mut [f64],
     scatter: &'a mut [f64],
     scratch: &'a mut Vec<f64>,
@@ -457,32 +483,33 @@ impl pulp::WithSimd for Pooled<'_> {
             stride,
             d,
             classes,
+            centred,
             means,
             scatter,
             scratch,
         } = self;
         // Weights of one: for the means' sums (padding rows are zero, so their weight does not
-        // matter), and, by their length, the rows the tiles read (every row of the block).
+        // matter), and, by their length, the rows the tiles read (every row of the block; the
+        // split zeroed the padding and the gaps between classes).
         let ones = crate::block::aligned_prefix(scratch, stride);
         ones.fill(1.0);
-        for (c, &(first, n)) in classes.iter().enumerate() {
-            let padded = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
-            let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
-            let (wv, _) = S::as_simd_f64s(&ones[..rows]);
-            for (j, m) in means[c * d..(c + 1) * d].iter_mut().enumerate() {
-                let col =
-                    &mut y[j * stride + first..j * stride + first + padded + CLASS_ROWS_MULTIPLE];
-                // The gap after the class's padding may hold an earlier split's values; the
-                // tiles read it, so it is zeroed (the padding itself already is).
-                col[padded..].fill(0.0);
-                *m = if n == 0 {
-                    0.0
-                } else {
-                    let (yv, _) = S::as_simd_f64s(&col[..rows]);
-                    weighted_sum(simd, wv, yv) / n as f64
-                };
-                let centre = *m;
-                col[..n].iter_mut().for_each(|v| *v -= centre);
+        if let Some(taken) = centred {
+            means.copy_from_slice(taken);
+        } else {
+            for (c, &(first, n)) in classes.iter().enumerate() {
+                let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
+                let (wv, _) = S::as_simd_f64s(&ones[..rows]);
+                for (j, m) in means[c * d..(c + 1) * d].iter_mut().enumerate() {
+                    let col = &mut y[j * stride + first..j * stride + first + rows];
+                    *m = if n == 0 {
+                        0.0
+                    } else {
+                        let (yv, _) = S::as_simd_f64s(col);
+                        weighted_sum(simd, wv, yv) / n as f64
+                    };
+                    let centre = *m;
+                    col[..n].iter_mut().for_each(|v| *v -= centre);
+                }
             }
         }
         unit_tiles(simd, y, stride, d, ones, scatter);
@@ -1246,12 +1273,14 @@ impl AfterColumn<'_> {
     }
 }
 
-/// Zeros each class's padding rows in a column of [`ClassBlocks`].
+/// Zeros each class's padding rows in a column of [`ClassBlocks`], and the gap of one vector
+/// after them, which a packed store may have reached (or an earlier split's rows fill): the
+/// pooled scatter's tiles read every row of the column.
 #[inline(always)]
 fn zero_padding(classes: &[(usize, usize)], col: &mut [f64]) {
     for &(first, len) in classes {
         let padded = len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
-        col[first + len..first + padded].fill(0.0);
+        col[first + len..first + padded + CLASS_ROWS_MULTIPLE].fill(0.0);
     }
 }
 
@@ -2545,16 +2574,19 @@ mod tests {
                             blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
                             assert!(got.0.iter().chain(&got.1).all(|&v| v == 0.0), "{what}");
                         }
-                        if by_order {
-                            continue;
-                        }
                         // Centred as it is split: the same bits, the empty class included.
-                        assert!(blocks.split_centred(view, &labels, k));
+                        assert!(if by_order {
+                            blocks.split_by_order_centred(view, &order, &ranges)
+                        } else {
+                            blocks.split_centred(view, &labels, k)
+                        });
                         for (c, want) in wants.iter().enumerate() {
                             let mut got = (vec![f64::NAN; d], vec![f64::NAN; d * d]);
                             blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
-                            let what =
-                                format!("centred: d={d} n={n} k={k} layout={which} class {c}");
+                            let what = format!(
+                                "centred: d={d} n={n} k={k} by order {by_order} layout={which} \
+                                 class {c}"
+                            );
                             assert_same_bits(&got, want, &what);
                         }
                         // A plain split after a centred one reads the rows as they are.
@@ -2657,6 +2689,19 @@ mod tests {
                         assert_eq!(a.to_bits(), b.to_bits(), "means: {what}");
                     }
                     assert_symmetric_close(&got, &want, d, &what);
+                    // Centred as it is split: the same bits (the blocks serve every case, so the
+                    // gaps between classes may hold an earlier case's rows).
+                    assert!(split(&mut blocks));
+                    assert!(if by_order {
+                        blocks.split_by_order_centred(x.as_ref(), &order, &ranges)
+                    } else {
+                        blocks.split_centred(x.as_ref(), &labels, k)
+                    });
+                    let (mut centred_means, mut centred) =
+                        (vec![f64::NAN; k * d], vec![f64::NAN; d * d]);
+                    blocks.means_and_pooled_scatter(&mut centred_means, &mut centred, &mut scratch);
+                    let what = format!("centred: {what}");
+                    assert_same_bits(&(centred_means, centred), &(means, got), &what);
                 }
             }
         }

@@ -637,21 +637,17 @@ impl Checked<GaussianParams> {
                     .collect(),
             ));
         }
-        // Full statistics: the classes' blocks kept whole.
+        // Full statistics: the classes' blocks kept whole, each class centred at its mean
+        // as each column is split, while the column is in L1, so that the per-class scatters
+        // (QDA) and the pooled one (LDA) run their tiles alone, without a pass of their own
+        // over the blocks (2 MB at d = 64) to take the means and centre them.
         if let Some(labels) = chunk.labels {
-            // Per-class full scatters (QDA) of packed classes centre each class as its
-            // columns are split (`split_centred`); the pooled statistics read the rows as
-            // they are.
             let finite = if split_packs(k) {
-                if kind == ScatterKind::Full && !pooled {
-                    blocks.split_centred(chunk.x, labels, k)
-                } else {
-                    blocks.split(chunk.x, labels, k)
-                }
+                blocks.split_centred(chunk.x, labels, k)
             } else {
                 groups.regroup(labels, k);
                 let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                blocks.split_by_order(chunk.x, groups.order(), &ranges)
+                blocks.split_by_order_centred(chunk.x, groups.order(), &ranges)
             };
             if !finite {
                 // The check names the first non-finite value.
