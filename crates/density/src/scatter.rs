@@ -284,6 +284,17 @@ impl ClassBlocks {
         let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
         let (means, ones) = (&mut self.means, &self.ones);
         let mut finite = true;
+        // AVX-512 gathers eight rows per instruction where the scalar copy takes a load of the
+        // index, a load of the value and a store for each; they may read only inside the
+        // column, so every listed row is checked to be in it first, once for all columns.
+        #[cfg(target_arch = "x86_64")]
+        let gathers = pulp::x86::V4::try_new().filter(|_| {
+            let n = x.nrows();
+            let listed = ranges
+                .iter()
+                .map(|&(start, len)| &order[start..start + len]);
+            listed.flatten().fold(true, |a, &r| a & (r < n))
+        });
         for j in 0..d {
             let col = after.column(block, j, stride);
             if j % TOUCHED_COLUMNS == 0 {
@@ -295,6 +306,27 @@ impl ClassBlocks {
                     // that streams it from memory at full speed and leaves it in L1 for the
                     // copy by index, whose scattered reads would otherwise each wait on memory.
                     let src = src.as_slice();
+                    #[cfg(target_arch = "x86_64")]
+                    if let Some(simd) = gathers {
+                        let classes = &self.classes;
+                        let column_finite = simd.vectorize(
+                            #[inline(always)]
+                            || {
+                                let finite =
+                                    src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY));
+                                // SAFETY: every row listed in `ranges` is below `x.nrows()`,
+                                // `src`'s length (checked above, for `gathers` to be `Some`).
+                                #[allow(unsafe_code)]
+                                unsafe {
+                                    gather_by_order_v4(simd, src, order, ranges, classes, col)
+                                };
+                                finite
+                            },
+                        );
+                        after.finish_column(col, &self.classes, ones, means, j, d);
+                        finite &= column_finite;
+                        continue;
+                    }
                     let finite = pulp::Arch::new().dispatch(
                         #[inline(always)]
                         || src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY)),
@@ -1153,6 +1185,48 @@ fn place_by_order(
         let dst = &mut col[first..first + len];
         for (o, &r) in dst.iter_mut().zip(&order[start..start + len]) {
             *o = value(r);
+        }
+    }
+    zero_padding(classes, col);
+}
+
+/// [`place_by_order`] from a contiguous column `src` with AVX-512: eight rows of a class at a
+/// time by one gather (`vgatherqpd`), the rows after its last whole eight one at a time; the
+/// same values.
+///
+/// # Safety
+/// Every row listed in `ranges` (`order[start..start + len]`) must be below `src.len()`: the
+/// gathers read `src` at those rows unchecked.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+unsafe fn gather_by_order_v4(
+    simd: pulp::x86::V4,
+    src: &[f64],
+    order: &[usize],
+    ranges: &[(usize, usize)],
+    classes: &[(usize, usize)],
+    col: &mut [f64],
+) {
+    for (&(start, len), &(first, _)) in ranges.iter().zip(classes) {
+        let rows = &order[start..start + len];
+        let dst = &mut col[first..first + len];
+        let whole = len / 8 * 8;
+        for (o, r) in dst[..whole]
+            .chunks_exact_mut(8)
+            .zip(rows[..whole].chunks_exact(8))
+        {
+            let r: [u64; 8] = std::array::from_fn(|i| r[i] as u64);
+            // SAFETY: each of the eight rows is below `src.len()` (this function's contract),
+            // so each load is inside `src`; AVX-512 is enabled (this runs inside `V4`).
+            let v = unsafe {
+                simd.avx512f
+                    ._mm512_i64gather_pd::<8>(pulp::cast(r), src.as_ptr())
+            };
+            o.copy_from_slice(&pulp::cast::<_, [f64; 8]>(v));
+        }
+        for (o, &r) in dst[whole..].iter_mut().zip(&rows[whole..]) {
+            *o = src[r];
         }
     }
     zero_padding(classes, col);
