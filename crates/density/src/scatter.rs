@@ -306,14 +306,13 @@ impl ClassBlocks {
                     // that streams it from memory at full speed and leaves it in L1 for the
                     // copy by index, whose scattered reads would otherwise each wait on memory.
                     let src = src.as_slice();
+                    let classes = &self.classes;
                     #[cfg(target_arch = "x86_64")]
-                    if let Some(simd) = gathers {
-                        let classes = &self.classes;
-                        let column_finite = simd.vectorize(
+                    let gathered = gathers.map(|simd| {
+                        simd.vectorize(
                             #[inline(always)]
                             || {
-                                let finite =
-                                    src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY));
+                                let finite = all_finite(src);
                                 // SAFETY: every row listed in `ranges` is below `x.nrows()`,
                                 // `src`'s length (checked above, for `gathers` to be `Some`).
                                 #[allow(unsafe_code)]
@@ -322,17 +321,18 @@ impl ClassBlocks {
                                 };
                                 finite
                             },
+                        )
+                    });
+                    #[cfg(not(target_arch = "x86_64"))]
+                    let gathered = None;
+                    gathered.unwrap_or_else(|| {
+                        let finite = pulp::Arch::new().dispatch(
+                            #[inline(always)]
+                            || all_finite(src),
                         );
-                        after.finish_column(col, &self.classes, ones, means, j, d);
-                        finite &= column_finite;
-                        continue;
-                    }
-                    let finite = pulp::Arch::new().dispatch(
-                        #[inline(always)]
-                        || src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY)),
-                    );
-                    place_by_order(|r| src[r], order, ranges, &self.classes, col);
-                    finite
+                        place_by_order(|r| src[r], order, ranges, classes, col);
+                        finite
+                    })
                 }
                 None => {
                     place_by_order(|r| x[(r, j)], order, ranges, &self.classes, col);
@@ -471,10 +471,10 @@ impl ClassBlocks {
         let d = self.d;
         debug_assert_eq!(means.len(), self.classes.len() * d);
         debug_assert_eq!(scatter.len(), d * d);
-        means.fill(0.0);
-        scatter.fill(0.0);
         if self.cols == 0 {
             // A split that kept no rows ([`ClassBlocks::split_diagonal_moments`]).
+            means.fill(0.0);
+            scatter.fill(0.0);
             return;
         }
         let block = crate::block::aligned_prefix(&mut self.buf, self.cols * self.stride);
@@ -1169,6 +1169,12 @@ fn split_column(
     }
     zero_padding(classes, col);
     finite
+}
+
+/// Whether every value of `src` is finite (no early exit: one vector pass in order).
+#[inline(always)]
+fn all_finite(src: &[f64]) -> bool {
+    src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY))
 }
 
 /// One column of [`ClassBlocks::split_by_order`]: class by class, `value(r)` for its rows r,
