@@ -162,7 +162,7 @@ impl ClassBlocks {
     pub fn split_by_order_diagonal_moments(
         &mut self,
         x: MatRef<'_, f64>,
-        order: &[usize],
+        order: &[u32],
         ranges: &[(usize, usize)],
         means: &mut [f64],
         scatters: &mut [f64],
@@ -251,7 +251,7 @@ impl ClassBlocks {
     pub fn split_by_order(
         &mut self,
         x: MatRef<'_, f64>,
-        order: &[usize],
+        order: &[u32],
         ranges: &[(usize, usize)],
     ) -> bool {
         self.split_by_order_body(x, order, ranges, AfterColumn::Keep)
@@ -265,7 +265,7 @@ impl ClassBlocks {
     pub fn split_by_order_centred(
         &mut self,
         x: MatRef<'_, f64>,
-        order: &[usize],
+        order: &[u32],
         ranges: &[(usize, usize)],
     ) -> bool {
         self.split_by_order_body(x, order, ranges, AfterColumn::Centre)
@@ -274,7 +274,7 @@ impl ClassBlocks {
     fn split_by_order_body(
         &mut self,
         x: MatRef<'_, f64>,
-        order: &[usize],
+        order: &[u32],
         ranges: &[(usize, usize)],
         mut after: AfterColumn<'_>,
     ) -> bool {
@@ -289,11 +289,12 @@ impl ClassBlocks {
         // column, so every listed row is checked to be in it first, once for all columns.
         #[cfg(target_arch = "x86_64")]
         let gathers = pulp::x86::V4::try_new().filter(|_| {
-            let n = x.nrows();
+            // The gathers' offsets are signed 32-bit.
+            let n = x.nrows().min(1 << 31);
             let listed = ranges
                 .iter()
                 .map(|&(start, len)| &order[start..start + len]);
-            listed.flatten().fold(true, |a, &r| a & (r < n))
+            listed.flatten().fold(true, |a, &r| a & ((r as usize) < n))
         });
         for j in 0..d {
             let col = after.column(block, j, stride);
@@ -314,7 +315,8 @@ impl ClassBlocks {
                             || {
                                 let finite = all_finite(src);
                                 // SAFETY: every row listed in `ranges` is below `x.nrows()`,
-                                // `src`'s length (checked above, for `gathers` to be `Some`).
+                                // `src`'s length, and 2^31 (checked above, for `gathers` to be
+                                // `Some`).
                                 #[allow(unsafe_code)]
                                 unsafe {
                                     gather_by_order_v4(simd, src, order, ranges, classes, col)
@@ -339,7 +341,7 @@ impl ClassBlocks {
                     let listed = ranges
                         .iter()
                         .flat_map(|&(start, len)| &order[start..start + len]);
-                    listed.fold(true, |a, &r| a & (x[(r, j)].abs() < f64::INFINITY))
+                    listed.fold(true, |a, &r| a & (x[(r as usize, j)].abs() < f64::INFINITY))
                 }
             };
             after.finish_column(col, &self.classes, ones, means, j, d);
@@ -1182,7 +1184,7 @@ fn all_finite(src: &[f64]) -> bool {
 #[inline(always)]
 fn place_by_order(
     value: impl Fn(usize) -> f64,
-    order: &[usize],
+    order: &[u32],
     ranges: &[(usize, usize)],
     classes: &[(usize, usize)],
     col: &mut [f64],
@@ -1190,26 +1192,26 @@ fn place_by_order(
     for (&(start, len), &(first, _)) in ranges.iter().zip(classes) {
         let dst = &mut col[first..first + len];
         for (o, &r) in dst.iter_mut().zip(&order[start..start + len]) {
-            *o = value(r);
+            *o = value(r as usize);
         }
     }
     zero_padding(classes, col);
 }
 
 /// [`place_by_order`] from a contiguous column `src` with AVX-512: eight rows of a class at a
-/// time by one gather (`vgatherqpd`), the rows after its last whole eight one at a time; the
-/// same values.
+/// time by one gather (`vgatherdpd`, 32-bit offsets), the rows after its last whole eight one
+/// at a time; the same values.
 ///
 /// # Safety
-/// Every row listed in `ranges` (`order[start..start + len]`) must be below `src.len()`: the
-/// gathers read `src` at those rows unchecked.
+/// Every row listed in `ranges` (`order[start..start + len]`) must be below `src.len()` and
+/// below 2^31 (the offsets are signed): the gathers read `src` at those rows unchecked.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(unsafe_code)]
 unsafe fn gather_by_order_v4(
     simd: pulp::x86::V4,
     src: &[f64],
-    order: &[usize],
+    order: &[u32],
     ranges: &[(usize, usize)],
     classes: &[(usize, usize)],
     col: &mut [f64],
@@ -1222,17 +1224,18 @@ unsafe fn gather_by_order_v4(
             .chunks_exact_mut(8)
             .zip(rows[..whole].chunks_exact(8))
         {
-            let r: [u64; 8] = std::array::from_fn(|i| r[i] as u64);
-            // SAFETY: each of the eight rows is below `src.len()` (this function's contract),
-            // so each load is inside `src`; AVX-512 is enabled (this runs inside `V4`).
+            let r: [u32; 8] = std::array::from_fn(|i| r[i]);
+            // SAFETY: each of the eight rows is below `src.len()` and 2^31 (this function's
+            // contract), so each load is inside `src`; AVX-512 is enabled (this runs inside
+            // `V4`).
             let v = unsafe {
                 simd.avx512f
-                    ._mm512_i64gather_pd::<8>(pulp::cast(r), src.as_ptr())
+                    ._mm512_i32gather_pd::<8>(pulp::cast(r), src.as_ptr())
             };
             o.copy_from_slice(&pulp::cast::<_, [f64; 8]>(v));
         }
         for (o, &r) in dst[whole..].iter_mut().zip(&rows[whole..]) {
-            *o = src[r];
+            *o = src[r as usize];
         }
     }
     zero_padding(classes, col);
@@ -2553,8 +2556,9 @@ mod tests {
                     let labels: Vec<usize> = (0..n)
                         .map(|i| if k == 1 { 0 } else { (i * 7 + i / 5) % (k - 1) })
                         .collect();
-                    let order: Vec<usize> = (0..k)
+                    let order: Vec<u32> = (0..k)
                         .flat_map(|c| (0..n).filter(|&i| labels[i] == c).collect::<Vec<_>>())
+                        .map(|i| i as u32)
                         .collect();
                     let mut ranges = Vec::new();
                     for c in 0..k {
@@ -2688,7 +2692,7 @@ mod tests {
                     bad[(row, d - 1)] = v;
                     let labels = vec![0usize; n];
                     let layouts = crate::test_layouts::Layouts::new(bad.as_ref());
-                    let order: Vec<usize> = (0..n).collect();
+                    let order: Vec<u32> = (0..n as u32).collect();
                     for view in layouts.views(bad.as_ref()) {
                         assert!(
                             !blocks.split(view, &labels, 2),
@@ -2737,7 +2741,7 @@ mod tests {
                         let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
                         ranges.push((start, m.len()));
                     }
-                    let order: Vec<usize> = members.concat();
+                    let order: Vec<u32> = members.concat().iter().map(|&i| i as u32).collect();
                     let split = |blocks: &mut ClassBlocks| {
                         if by_order {
                             blocks.split_by_order(x.as_ref(), &order, &ranges)

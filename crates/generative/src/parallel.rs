@@ -439,39 +439,113 @@ where
 }
 
 /// Up to this many classes, [`LabelGroups`] makes one branch-free pass per class rather than a
-/// counting sort.
+/// counting sort (without AVX-512).
 const COMPRESS_MAX_CLASSES: usize = 4;
+
+/// Up to this many classes, [`LabelGroups`] makes one AVX-512 pass per class, sixteen labels
+/// per comparison and compress, rather than a counting sort.
+const COMPRESS_V4_MAX_CLASSES: usize = 16;
+
+/// Labels per AVX-512 comparison in [`LabelGroups`]' passes (32-bit lanes).
+const COMPRESS_V4_LANES: usize = 16;
 
 /// A chunk's rows grouped by class: a stable sort that keeps each class's rows in their
 /// original order, so a per-class pass sees the same rows in the same order as a pass that
-/// skips the rows of weight zero.
+/// skips the rows of weight zero. Row indices are 32-bit: a chunk has [`CHUNK_ROWS`] rows,
+/// and half the bytes are half the reads and writes of the grouping and of the gathers that
+/// take its order.
 #[derive(Debug, Default)]
 pub struct LabelGroups {
-    order: Vec<usize>,
+    order: Vec<u32>,
     starts: Vec<usize>,
     /// The counting sort's counts and next slots, kept for reuse.
     next: Vec<usize>,
+    /// The labels as 32-bit values, padded to whole vectors, for the AVX-512 passes.
+    narrow: Vec<u32>,
 }
 
 /// Consecutive parts of a chunk's rows that [`LabelGroups`]' counting sort places at once.
 const SORT_STREAMS: usize = 4;
 
 impl LabelGroups {
-    /// Groups `labels` (each < `k`).
+    /// Groups `labels` (each < `k`; at most `u32::MAX` of them, a chunk's).
     pub fn new(labels: &[usize], k: usize) -> Self {
         let mut groups = Self::default();
         groups.regroup(labels, k);
         groups
     }
 
-    /// Groups `labels` (each < `k`) in place of the present grouping, reusing its memory (a
-    /// worker keeps one from chunk to chunk).
+    /// Groups `labels` (each < `k`; at most `u32::MAX` of them, a chunk's) in place of the
+    /// present grouping, reusing its memory (a worker keeps one from chunk to chunk).
     pub fn regroup(&mut self, labels: &[usize], k: usize) {
+        assert!(
+            u32::try_from(labels.len()).is_ok(),
+            "LabelGroups takes a chunk's rows, at most u32::MAX"
+        );
+        #[cfg(target_arch = "x86_64")]
+        if k <= COMPRESS_V4_MAX_CLASSES
+            && let Some(simd) = pulp::x86::V4::try_new()
+        {
+            self.by_compress_v4(simd, labels, k);
+            return;
+        }
         if k <= COMPRESS_MAX_CLASSES {
             self.by_compress(labels, k);
         } else {
             self.by_counting_sort(labels, k);
         }
+    }
+
+    /// One AVX-512 pass per class over the labels narrowed to 32 bits: sixteen labels per
+    /// comparison, whose mask compresses their row indices to the front of a vector, stored
+    /// whole at the class's next free slot, which advances by the mask's count. A store runs
+    /// up to 15 slots past the class's rows, into the next class's room, which that class's
+    /// pass writes afterwards (and past the last class into spare slots). The counting sort
+    /// waited on a load and a store of `next[label]` per row (4096 labels of 10 classes:
+    /// 1.55–2.24 ns a label against 1.05–1.11 ns here; of 16 classes 2.24 ns against 1.45–1.74
+    /// ns; of 2 classes, where the scalar pass per class took 1.45–1.53 ns, 0.39 ns).
+    #[cfg(target_arch = "x86_64")]
+    fn by_compress_v4(&mut self, simd: pulp::x86::V4, labels: &[usize], k: usize) {
+        const L: usize = COMPRESS_V4_LANES;
+        let n = labels.len();
+        let (order, starts, narrow) = (&mut self.order, &mut self.starts, &mut self.narrow);
+        // Resized, not cleared: only slots past the last length are filled, the rest are
+        // overwritten. The padding label matches no class (k ≤ 16).
+        narrow.resize(n.div_ceil(L) * L, u32::MAX);
+        order.resize(n + L, 0);
+        starts.clear();
+        simd.vectorize(
+            #[inline(always)]
+            || {
+                let (head, padding) = narrow.split_at_mut(n);
+                for (t, &l) in head.iter_mut().zip(labels) {
+                    *t = l.min(u32::MAX as usize) as u32;
+                }
+                padding.fill(u32::MAX);
+                // A slice, so the loop keeps its base and length in registers (through the
+                // vector, every store made it load them again).
+                let order = &mut order[..];
+                let first: [u32; L] = std::array::from_fn(|i| i as u32);
+                let step = simd.avx512f._mm512_set1_epi32(L as i32);
+                let mut pos = 0;
+                for c in 0..k {
+                    starts.push(pos);
+                    let class = simd.avx512f._mm512_set1_epi32(c as i32);
+                    let mut rows = pulp::cast(first);
+                    for ids in narrow.chunks_exact(L) {
+                        let ids: [u32; L] = std::array::from_fn(|i| ids[i]);
+                        let mask = simd.avx512f._mm512_cmpeq_epi32_mask(pulp::cast(ids), class);
+                        let packed = simd.avx512f._mm512_maskz_compress_epi32(mask, rows);
+                        order[pos..pos + L].copy_from_slice(&pulp::cast::<_, [u32; L]>(packed));
+                        pos += mask.count_ones() as usize;
+                        rows = simd.avx512f._mm512_add_epi32(rows, step);
+                    }
+                }
+                starts.push(pos);
+                debug_assert_eq!(pos, n, "every label is < k");
+            },
+        );
+        order.truncate(n);
     }
 
     /// One branch-free pass per class: every row index is written at the class's next free
@@ -491,7 +565,7 @@ impl LabelGroups {
         for c in 0..k {
             starts.push(pos);
             for (i, &l) in labels.iter().enumerate() {
-                order[pos] = i;
+                order[pos] = i as u32;
                 pos += usize::from(l == c);
             }
         }
@@ -548,28 +622,28 @@ impl LabelGroups {
         for t in 0..common {
             for p in 0..P {
                 let slot = &mut next[p * k + parts[p][t]];
-                order[*slot] = bounds[p] + t;
+                order[*slot] = (bounds[p] + t) as u32;
                 *slot += 1;
             }
         }
         for p in 0..P {
             for (t, &l) in parts[p].iter().enumerate().skip(common) {
                 let slot = &mut next[p * k + l];
-                order[*slot] = bounds[p] + t;
+                order[*slot] = (bounds[p] + t) as u32;
                 *slot += 1;
             }
         }
     }
 
     /// Row indices (within the chunk) of class `c`, ascending.
-    pub fn rows(&self, c: usize) -> &[usize] {
+    pub fn rows(&self, c: usize) -> &[u32] {
         let (start, len) = self.range(c);
         &self.order[start..start + len]
     }
 
     /// Every row index, class by class (each class's rows ascending): `rows(c)` is the range
     /// `range(c)` of it.
-    pub fn order(&self) -> &[usize] {
+    pub fn order(&self) -> &[u32] {
         &self.order
     }
 
@@ -798,11 +872,13 @@ mod tests {
 
     #[test]
     fn label_groups_by_compress_and_by_counting_sort_agree() {
-        // Both ways of grouping (few classes, many) give the same stable order, including
-        // empty classes and a chunk of one class.
+        // Every way of grouping (few classes, many; AVX-512 or not) gives the same stable
+        // order, including empty classes and a chunk of one class.
         let mut state = 12345u64;
         let mut reused = LabelGroups::default();
-        for k in [1usize, 2, 3, 4, 5, 6, 7, 10, 13] {
+        #[cfg(target_arch = "x86_64")]
+        let mut reused_v4 = LabelGroups::default();
+        for k in [1usize, 2, 3, 4, 5, 6, 7, 10, 13, 16, 17] {
             for n in [0usize, 1, 2, 3, 5, 31, 500, 4095, 4096, 4099] {
                 let labels: Vec<usize> = (0..n)
                     .map(|i| {
@@ -826,9 +902,17 @@ mod tests {
                 reused.regroup(&labels, k);
                 assert_eq!(reused.order(), a.order(), "k={k} n={n}");
                 assert_eq!(reused.starts, a.starts, "k={k} n={n}");
+                #[cfg(target_arch = "x86_64")]
+                if let Some(simd) = pulp::x86::V4::try_new()
+                    && k <= COMPRESS_V4_MAX_CLASSES
+                {
+                    reused_v4.by_compress_v4(simd, &labels, k);
+                    assert_eq!(reused_v4.order(), a.order(), "v4: k={k} n={n}");
+                    assert_eq!(reused_v4.starts, a.starts, "v4: k={k} n={n}");
+                }
                 for c in 0..k {
                     assert_eq!(a.range(c), b.range(c), "k={k} n={n} class {c}");
-                    assert!(a.rows(c).iter().all(|&i| labels[i] == c));
+                    assert!(a.rows(c).iter().all(|&i| labels[i as usize] == c));
                     assert!(a.rows(c).windows(2).all(|w| w[0] < w[1]));
                 }
                 assert_eq!(a.order().len(), n);
@@ -850,16 +934,17 @@ mod tests {
         let row_major = x.transpose().to_owned();
         let mut buf = Vec::new();
         let mut buf_t = Vec::new();
-        let a = gather_rows(x.as_ref(), g.rows(2), &mut buf);
-        let b = gather_rows(row_major.transpose(), g.rows(2), &mut buf_t);
+        let rows: Vec<usize> = g.rows(2).iter().map(|&i| i as usize).collect();
+        let a = gather_rows(x.as_ref(), &rows, &mut buf);
+        let b = gather_rows(row_major.transpose(), &rows, &mut buf_t);
         assert_eq!((a.nrows(), a.ncols()), (4, 3));
-        for (r, &i) in g.rows(2).iter().enumerate() {
+        for (r, &i) in rows.iter().enumerate() {
             for j in 0..3 {
                 assert_eq!(a[(r, j)], (10 * i + j) as f64);
                 assert_eq!(b[(r, j)], a[(r, j)]);
             }
         }
-        let none = gather_rows(x.as_ref(), g.rows(3), &mut buf);
+        let none = gather_rows(x.as_ref(), &[], &mut buf);
         assert_eq!((none.nrows(), none.ncols()), (0, 3));
     }
 }
