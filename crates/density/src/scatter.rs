@@ -288,13 +288,20 @@ impl ClassBlocks {
         // index, a load of the value and a store for each; they may read only inside the
         // column, so every listed row is checked to be in it first, once for all columns.
         #[cfg(target_arch = "x86_64")]
-        let gathers = pulp::x86::V4::try_new().filter(|_| {
+        let gathers = pulp::x86::V4::try_new().filter(|&simd| {
             // The gathers' offsets are signed 32-bit.
             let n = x.nrows().min(1 << 31);
-            let listed = ranges
-                .iter()
-                .map(|&(start, len)| &order[start..start + len]);
-            listed.flatten().fold(true, |a, &r| a & ((r as usize) < n))
+            // Each class's largest row, as a vector pass (the flattened scalar check had 5% of
+            // the samples of QDA's fit at d = 2, K = 10).
+            simd.vectorize(
+                #[inline(always)]
+                || {
+                    ranges.iter().all(|&(start, len)| {
+                        let rows = &order[start..start + len];
+                        len == 0 || (rows.iter().fold(0, |m, &r| m.max(r)) as usize) < n
+                    })
+                },
+            )
         });
         for j in 0..d {
             let col = after.column(block, j, stride);
@@ -2717,6 +2724,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "index out of bounds")]
+    fn a_listed_row_outside_the_chunk_is_never_gathered() {
+        // Row 40 of a 40-row column-major chunk: a gather would read past the column (into the
+        // next one, inside the matrix) without a sound; the check sends the split to the copy
+        // by index, which stops at the slice's bound.
+        let (n, d) = (40, 2);
+        let x = Mat::from_fn(n, d, |i, j| (i + j) as f64);
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order[n - 9] = n as u32;
+        ClassBlocks::new().split_by_order(x.as_ref(), &order, &[(0, 16), (16, n - 16)]);
     }
 
     #[test]
