@@ -502,8 +502,8 @@ impl LabelGroups {
     /// up to 15 slots past the class's rows, into the next class's room, which that class's
     /// pass writes afterwards (and past the last class into spare slots). The counting sort
     /// waited on a load and a store of `next[label]` per row (4096 labels of 10 classes:
-    /// 1.55–2.24 ns a label against 1.05–1.11 ns here; of 16 classes 2.24 ns against 1.45–1.74
-    /// ns; of 2 classes, where the scalar pass per class took 1.45–1.53 ns, 0.39 ns).
+    /// 1.55–2.24 ns a label against 1.05–1.11 ns here; of 16 classes 1.75–2.24 ns against
+    /// 1.45–1.74 ns; of 2 classes, where the scalar pass per class took 1.45–1.53 ns, 0.39 ns).
     #[cfg(target_arch = "x86_64")]
     fn by_compress_v4(&mut self, simd: pulp::x86::V4, labels: &[usize], k: usize) {
         const L: usize = COMPRESS_V4_LANES;
