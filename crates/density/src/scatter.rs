@@ -97,6 +97,8 @@ pub struct ClassBlocks {
     /// Ones, at least as many as the longest class's rows rounded up to a multiple of 8: the
     /// weights of the centring's sums.
     ones: Vec<f64>,
+    /// The padding columns' zeros, kept from chunk to chunk.
+    zeroed: crate::block::ZeroedSpan,
 }
 
 /// Rows per class in [`ClassBlocks`] are padded to a multiple of this: whole vectors of any
@@ -368,17 +370,24 @@ impl ClassBlocks {
             _ => d.div_ceil(TILE_J) * TILE_J,
         };
         self.classes.clear();
-        let mut stride = 0;
+        let (mut stride, mut rows) = (0, 0);
         for len in lens {
             self.classes.push((stride, len));
             // A gap of one vector after each class's padding: a packed store may run up to 7
             // values past the class's last row, and must not reach the next class's rows,
             // which may already be written.
             stride += len.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE + CLASS_ROWS_MULTIPLE;
+            rows += len;
         }
         self.stride = stride;
-        let block = crate::block::aligned_prefix(&mut self.buf, self.cols * stride);
-        block[d.min(self.cols) * stride..].fill(0.0);
+        // Room for any split of as many rows into as many classes (each class's padding and gap
+        // at most 2 · 8 − 1 rows), so that the next chunk's split, whose classes differ in size,
+        // finds the buffer big enough where it is, with the padding this one zeros.
+        let most = rows + self.classes.len() * (2 * CLASS_ROWS_MULTIPLE - 1);
+        let room = crate::block::aligned_prefix(&mut self.buf, self.cols * most.max(stride));
+        let block = &mut room[..self.cols * stride];
+        self.zeroed
+            .clear(block, d.min(self.cols) * stride..self.cols * stride);
         self.centred = centre;
         self.means.clear();
         if centre {
@@ -389,6 +398,14 @@ impl ClassBlocks {
                 self.ones.resize(rows, 1.0);
             }
         }
+    }
+
+    /// Whether the padding columns (d to the whole tile) of the last split's layout are zero.
+    #[cfg(test)]
+    fn padding_is_zero(&mut self) -> bool {
+        let (d, cols, stride) = (self.d, self.cols, self.stride);
+        let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
+        block[d.min(cols) * stride..].iter().all(|&v| v == 0.0)
     }
 
     /// Number of rows of class `c`.
@@ -565,6 +582,8 @@ impl pulp::WithSimd for Pooled<'_> {
 #[derive(Debug, Default)]
 pub struct RowBlock {
     buf: Vec<f64>,
+    /// The padding columns' zeros, kept from chunk to chunk.
+    zeroed: crate::block::ZeroedSpan,
     /// Rows per column: `n` rounded up to a multiple of 8, the rows past `n` zero.
     stride: usize,
     n: usize,
@@ -583,7 +602,7 @@ impl RowBlock {
         let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
         let cols = d.div_ceil(TILE_J) * TILE_J;
         let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        y[d * stride..].fill(0.0);
+        self.zeroed.clear(y, d * stride..cols * stride);
         crate::block::gather_columns(x, None, None, stride, y);
         (self.stride, self.n, self.d) = (stride, n, d);
     }
@@ -591,6 +610,15 @@ impl RowBlock {
     /// Rows in the block.
     pub fn nrows(&self) -> usize {
         self.n
+    }
+
+    /// Whether the padding columns (d to the whole tile) are zero.
+    #[cfg(test)]
+    fn padding_is_zero(&mut self) -> bool {
+        let (d, stride) = (self.d, self.stride);
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
+        y[d * stride..].iter().all(|&v| v == 0.0)
     }
 
     /// Lays out the rows of `x` (any layout), each less its group's mean: row i becomes
@@ -618,7 +646,7 @@ impl RowBlock {
         let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
         let cols = d.div_ceil(TILE_J) * TILE_J;
         let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        y[d * stride..].fill(0.0);
+        self.zeroed.clear(y, d * stride..cols * stride);
         (self.stride, self.n, self.d) = (stride, n, d);
         let groups = &groups[..n];
         let mut means = vec![0.0; k];
@@ -2507,6 +2535,9 @@ mod tests {
                     let mut want = vec![0.0; d * d];
                     let mut want_means = vec![0.0; k * d];
                     block.load(x.as_ref());
+                    // The padding columns are zero, though a narrower or longer block was
+                    // loaded before.
+                    assert!(block.padding_is_zero(), "d={d} n={n} k={k}");
                     for c in (0..k).filter(|&c| totals[c] > 0.0) {
                         let (_, s) = reference(x.as_ref(), refs[c]);
                         want.iter_mut().zip(&s).for_each(|(a, b)| *a += b);
@@ -2579,6 +2610,9 @@ mod tests {
                         } else {
                             assert!(blocks.split(view, &labels, k));
                         }
+                        // The padding columns are zero, though the last layout (of another
+                        // width, length or class count) put rows where they are now.
+                        assert!(blocks.padding_is_zero(), "d={d} n={n} k={k} layout={which}");
                         // An unknown class has no rows.
                         assert_eq!(blocks.class_rows(k).nrows(), 0);
                         let mut wants = Vec::new();
@@ -2671,6 +2705,7 @@ mod tests {
                         } else {
                             blocks.split_centred(view, &labels, k)
                         });
+                        assert!(blocks.padding_is_zero(), "centred: d={d} n={n} k={k}");
                         for (c, want) in wants.iter().enumerate() {
                             let mut got = (vec![f64::NAN; d], vec![f64::NAN; d * d]);
                             blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
@@ -2851,6 +2886,7 @@ mod tests {
                         let mut sums = Mat::zeros(k, d);
                         block.load_centred_by_group(view, &labels, &counts, sums.as_mut());
                         assert_eq!(block.nrows(), n, "{what}");
+                        assert!(block.padding_is_zero(), "{what}");
                         // The sums are grouped_sums' bits, so the means are too.
                         for c in 0..k {
                             for j in 0..d {
