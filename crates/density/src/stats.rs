@@ -109,6 +109,22 @@ impl SufficientStats {
         }
     }
 
+    /// Replaces `self` (diagonal statistics of as many features) by what
+    /// [`SufficientStats::diagonal_from_parts`] gives for these parts, in place: for a caller
+    /// that fills one set of statistics again chunk after chunk rather than allocating it.
+    pub fn set_diagonal_parts(&mut self, weight: f64, mean: &[f64], scatter: &[f64]) {
+        debug_assert_eq!(self.kind, ScatterKind::Diagonal);
+        if weight <= 0.0 {
+            self.weight = 0.0;
+            self.mean.fill(0.0);
+            self.scatter.fill(0.0);
+            return;
+        }
+        self.weight = weight;
+        self.mean.copy_from_slice(mean);
+        self.scatter.copy_from_slice(scatter);
+    }
+
     /// Number of features d.
     pub fn n_features(&self) -> usize {
         self.mean.len()
@@ -415,6 +431,9 @@ fn nonzero_few(nonzero: usize, n: usize) -> bool {
     nonzero * 8 < n * 7
 }
 
+/// Widths up to which [`SufficientStats::merge`] keeps its two vectors of d on the stack.
+const STACK_MERGE_FEATURES: usize = 32;
+
 impl Mergeable for SufficientStats {
     fn merge(&mut self, other: &Self) {
         debug_assert_eq!(self.kind, other.kind);
@@ -428,14 +447,23 @@ impl Mergeable for SufficientStats {
         }
         let d = self.mean.len();
         let total = self.weight + other.weight;
-        let delta: Vec<f64> = other
-            .mean
-            .iter()
-            .zip(&self.mean)
-            .map(|(b, a)| b - a)
-            .collect();
+        // δ and its scaled copy on the stack for the widths where a merge is cheap enough for
+        // two allocations to show (a fit at d = 2, K = 10 merges ten classes per chunk).
+        let mut small = [0.0; 2 * STACK_MERGE_FEATURES];
+        let mut large = Vec::new();
+        let room = if d <= STACK_MERGE_FEATURES {
+            &mut small[..2 * d]
+        } else {
+            large.resize(2 * d, 0.0);
+            &mut large[..]
+        };
+        let (delta, scaled) = room.split_at_mut(d);
+        delta
+            .iter_mut()
+            .zip(other.mean.iter().zip(&self.mean))
+            .for_each(|(dl, (b, a))| *dl = b - a);
         let ratio = other.weight / total;
-        for (m, dl) in self.mean.iter_mut().zip(&delta) {
+        for (m, dl) in self.mean.iter_mut().zip(delta.iter()) {
             *m += dl * ratio;
         }
         let scale = self.weight * ratio;
@@ -444,13 +472,17 @@ impl Mergeable for SufficientStats {
                 // Column by column over slices, so the loop vectorises (indexing kept it scalar:
                 // a QDA fit at d = 64, K = 10 spent 16 ms in its 2,450 merges); each entry is
                 // still (scale · δ_i) · δ_j, the same bits.
-                let scaled: Vec<f64> = delta.iter().map(|dl| scale * dl).collect();
+                scaled
+                    .iter_mut()
+                    .zip(delta.iter())
+                    .for_each(|(s, dl)| *s = scale * dl);
+                let scaled = &*scaled;
                 let columns = self
                     .scatter
                     .chunks_exact_mut(d)
                     .zip(other.scatter.chunks_exact(d));
-                for ((s, o), dj) in columns.zip(&delta) {
-                    for ((s, o), sd) in s.iter_mut().zip(o).zip(&scaled) {
+                for ((s, o), dj) in columns.zip(delta.iter()) {
+                    for ((s, o), sd) in s.iter_mut().zip(o).zip(scaled) {
                         *s += o + sd * dj;
                     }
                 }

@@ -311,7 +311,9 @@ where
 /// thread count. Why: a QDA fit at d = 64, K = 10 merges 2,450 class statistics of 32 KB; merged on
 /// the calling thread after the pass, each one read back from memory, they took 16 ms, about a
 /// tenth of the fit. Each run's first error is its result, so the first error in chunk order is
-/// still the one returned.
+/// still the one returned. `merge` is handed the worker's state too, so that it can keep the
+/// part it has merged for `f` to fill again for the next chunk, rather than have each chunk
+/// allocate its statistics afresh.
 pub fn fold_chunks_by_label_with<S, T, N, F, M>(
     sets: &[WeightedRows<'_>],
     longest: usize,
@@ -323,7 +325,7 @@ where
     T: Send,
     N: Fn() -> S + Sync,
     F: Fn(&mut S, Chunk<'_>) -> Result<T> + Sync,
-    M: Fn(&mut T, T) + Sync,
+    M: Fn(&mut S, &mut T, T) + Sync,
 {
     let mut runs: Vec<Vec<(usize, usize)>> = Vec::new();
     for (s, set) in sets.iter().enumerate() {
@@ -338,7 +340,7 @@ where
         for start in run {
             let part = run_chunk(sets, false, state, &f, start)?;
             match folded.as_mut() {
-                Some(acc) => merge(acc, part),
+                Some(acc) => merge(state, acc, part),
                 None => folded = Some(part),
             }
         }

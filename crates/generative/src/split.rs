@@ -100,6 +100,6 @@ pub fn fold_split<M>(split: &dyn SplitFit<M>, sets: &[WeightedRows<'_>]) -> Resu
         split.longest_run(),
         || split.scratch(),
         |scratch, chunk| split.chunk_partial(scratch, chunk, d, k),
-        |acc, part| split.merge_partials(acc, part),
+        |_, acc, part| split.merge_partials(acc, part),
     )
 }

@@ -1550,50 +1550,57 @@ fn fixed_priors_are_used() {
 /// for bit, for every covariance structure and fixed shrinkage: over a labeled set, a set of
 /// soft responsibilities and a set of dense one-hot rows together, and with each set's runs
 /// folded apart and put end to end (as EM takes the unlabeled rows' in its E-step). The soft
-/// set has more than 32 chunks, so that its runs are of two chunks. Ledoit–Wolf shrinkage, which
+/// set and a second labeled set have more than 32 chunks, so that their runs are of two chunks:
+/// `fit_sets` then fills the statistics of a run's merged chunk again for its next chunk, where
+/// the split takes new ones, and any value left from the merged chunk would change the bits.
+/// With 4 classes the labeled chunks are packed by class; with 10 they are grouped, and the
+/// shared covariance takes its pooled form from the class blocks. Ledoit–Wolf shrinkage, which
 /// reads the rows twice, has no split.
 #[test]
 fn split_gaussian_fits_finish_with_the_bits_of_fit_sets() {
     use generative::split::fold_split;
-    let (d, k) = (3, 4);
-    let (x_l, y_l) = gaussian_data(700, d, k, 11);
-    let (x_u, y_u) = gaussian_data(33 * 4096 + 123, d, k, 12);
-    let resp_u = Mat::from_fn(x_u.nrows(), k, |i, c| {
-        // Weights in [0.05, 0.7] leaning to each row's own class.
-        0.05 + 0.1 * ((i * 7 + c * 3) % 5) as f64 + if c == y_u[i] { 0.25 } else { 0.0 }
-    });
-    let (x_h, y_h) = gaussian_data(5000, d, k, 13);
-    let dense = one_hot(&y_h, k).unwrap();
-    let sets = [
-        WeightedRows::labeled(x_l.as_ref(), &y_l, k),
-        WeightedRows::weighted(x_u.as_ref(), resp_u.as_ref()),
-        WeightedRows::weighted(x_h.as_ref(), dense.as_ref()),
-    ];
-    for structure in structures() {
-        let shrunk = matches!(
-            structure,
-            CovarianceStructure::Full | CovarianceStructure::Tied
-        );
-        for shrinkage in [None, shrunk.then_some(Shrinkage::Fixed(0.2))] {
-            let spec = GaussianParams {
+    for (d, k) in [(3, 4), (2, 10)] {
+        let (x_l, y_l) = gaussian_data(700, d, k, 11);
+        let (x_u, y_u) = gaussian_data(33 * 4096 + 123, d, k, 12);
+        let resp_u = Mat::from_fn(x_u.nrows(), k, |i, c| {
+            // Weights in [0.05, 0.7] leaning to each row's own class.
+            0.05 + 0.1 * ((i * 7 + c * 3) % 5) as f64 + if c == y_u[i] { 0.25 } else { 0.0 }
+        });
+        let (x_h, y_h) = gaussian_data(5000, d, k, 13);
+        let dense = one_hot(&y_h, k).unwrap();
+        let (x_m, y_m) = gaussian_data(34 * 4096 + 5, d, k, 14);
+        let sets = [
+            WeightedRows::labeled(x_l.as_ref(), &y_l, k),
+            WeightedRows::weighted(x_u.as_ref(), resp_u.as_ref()),
+            WeightedRows::weighted(x_h.as_ref(), dense.as_ref()),
+            WeightedRows::labeled(x_m.as_ref(), &y_m, k),
+        ];
+        for structure in structures() {
+            let shrunk = matches!(
                 structure,
-                shrinkage,
-                ..Default::default()
+                CovarianceStructure::Full | CovarianceStructure::Tied
+            );
+            for shrinkage in [None, shrunk.then_some(Shrinkage::Fixed(0.2))] {
+                let spec = GaussianParams {
+                    structure,
+                    shrinkage,
+                    ..Default::default()
+                }
+                .check()
+                .unwrap();
+                let case = format!("d = {d}, K = {k}, {structure:?}, {shrinkage:?}");
+                let want = serde_json::to_string(&spec.fit_sets(&sets).unwrap()).unwrap();
+                let split = spec.split().unwrap();
+                let runs = fold_split(split, &sets).unwrap();
+                let got = split.finish(runs, d, k).unwrap();
+                assert_eq!(serde_json::to_string(&got).unwrap(), want, "{case}");
+                let mut runs = Vec::new();
+                for set in &sets {
+                    runs.extend(fold_split(split, std::slice::from_ref(set)).unwrap());
+                }
+                let got = split.finish(runs, d, k).unwrap();
+                assert_eq!(serde_json::to_string(&got).unwrap(), want, "{case}, apart");
             }
-            .check()
-            .unwrap();
-            let case = format!("{structure:?}, {shrinkage:?}");
-            let want = serde_json::to_string(&spec.fit_sets(&sets).unwrap()).unwrap();
-            let split = spec.split().unwrap();
-            let runs = fold_split(split, &sets).unwrap();
-            let got = split.finish(runs, d, k).unwrap();
-            assert_eq!(serde_json::to_string(&got).unwrap(), want, "{case}");
-            let mut runs = Vec::new();
-            for set in &sets {
-                runs.extend(fold_split(split, std::slice::from_ref(set)).unwrap());
-            }
-            let got = split.finish(runs, d, k).unwrap();
-            assert_eq!(serde_json::to_string(&got).unwrap(), want, "{case}, apart");
         }
     }
     let lw = GaussianParams {
