@@ -67,51 +67,11 @@ impl SufficientStats {
         }
     }
 
-    /// Diagonal statistics from their parts: the total weight, the mean and Σ w (x − mean)² per
-    /// feature (as [`crate::moments::grouped_sums`] and [`crate::moments::grouped_sums_sq`]
-    /// give them for a class). Zero weight (an empty class) keeps a zero mean and scatter.
-    pub fn diagonal_from_parts(weight: f64, mean: Vec<f64>, scatter: Vec<f64>) -> Self {
-        debug_assert_eq!(mean.len(), scatter.len());
-        if weight <= 0.0 {
-            return Self::new(mean.len(), ScatterKind::Diagonal);
-        }
-        Self {
-            kind: ScatterKind::Diagonal,
-            weight,
-            mean,
-            scatter,
-        }
-    }
-
-    /// Full statistics from their parts: the total weight, the mean and the lower triangle of
-    /// Σ w (x − mean)(x − mean)ᵀ packed row by row (entry (j, k), k ≤ j, at j(j + 1)/2 + k, as
-    /// [`crate::moments::grouped_cross_products`] gives it for a class). Zero weight (an empty
-    /// class) keeps a zero mean and scatter.
-    pub fn full_from_packed(weight: f64, mean: Vec<f64>, lower: &[f64]) -> Self {
-        let d = mean.len();
-        debug_assert_eq!(lower.len(), d * (d + 1) / 2);
-        if weight <= 0.0 {
-            return Self::new(d, ScatterKind::Full);
-        }
-        let mut scatter = vec![0.0; d * d];
-        for j in 0..d {
-            for k in 0..=j {
-                let v = lower[j * (j + 1) / 2 + k];
-                scatter[k * d + j] = v;
-                scatter[j * d + k] = v;
-            }
-        }
-        Self {
-            kind: ScatterKind::Full,
-            weight,
-            mean,
-            scatter,
-        }
-    }
-
-    /// Replaces `self` (diagonal statistics of as many features) by what
-    /// [`SufficientStats::diagonal_from_parts`] gives for these parts, in place: for a caller
-    /// that fills one set of statistics again chunk after chunk rather than allocating it.
+    /// Replaces `self` (diagonal statistics of as many features) by diagonal statistics from
+    /// their parts: the total weight, the mean and Σ w (x − mean)² per feature (as
+    /// [`crate::moments::grouped_sums_and_squares`] gives them for a class). Zero weight (an
+    /// empty class) keeps a zero mean and scatter. In place, for a caller that fills one set of
+    /// statistics again chunk after chunk rather than allocating it.
     pub fn set_diagonal_parts(&mut self, weight: f64, mean: &[f64], scatter: &[f64]) {
         debug_assert_eq!(self.kind, ScatterKind::Diagonal);
         if weight <= 0.0 {
@@ -123,6 +83,32 @@ impl SufficientStats {
         self.weight = weight;
         self.mean.copy_from_slice(mean);
         self.scatter.copy_from_slice(scatter);
+    }
+
+    /// Replaces `self` (full statistics of as many features) by full statistics from their
+    /// parts: the total weight, the mean and the lower triangle of Σ w (x − mean)(x − mean)ᵀ
+    /// packed row by row (entry (j, k), k ≤ j, at j(j + 1)/2 + k, as
+    /// [`crate::moments::grouped_cross_products`] gives it for a class). Zero weight (an empty
+    /// class) keeps a zero mean and scatter. In place, as [`SufficientStats::set_diagonal_parts`].
+    pub fn set_full_packed(&mut self, weight: f64, mean: &[f64], lower: &[f64]) {
+        debug_assert_eq!(self.kind, ScatterKind::Full);
+        let d = self.mean.len();
+        debug_assert_eq!(lower.len(), d * (d + 1) / 2);
+        if weight <= 0.0 {
+            self.weight = 0.0;
+            self.mean.fill(0.0);
+            self.scatter.fill(0.0);
+            return;
+        }
+        self.weight = weight;
+        self.mean.copy_from_slice(mean);
+        for j in 0..d {
+            for k in 0..=j {
+                let v = lower[j * (j + 1) / 2 + k];
+                self.scatter[k * d + j] = v;
+                self.scatter[j * d + k] = v;
+            }
+        }
     }
 
     /// Number of features d.

@@ -274,31 +274,75 @@ fn pooled_soft_scatter_pays(k: usize, d: usize) -> bool {
 }
 
 /// The full statistics of each class's rows of `x` (`labels[i] < k`, weight one each), centred
-/// at the exact class means, by mask: no grouping and no copy.
-fn full_class_stats(chunk: &Chunk<'_>, labels: &[usize], k: usize) -> Result<Vec<SufficientStats>> {
+/// at the exact class means, by mask: no grouping and no copy. Pooled (as
+/// [`PooledStats::from_classes`] gives them for these classes, the same bits) when `pooled`;
+/// into `spare`'s vectors when they have the shape ([`ChunkStats::classes_to_fill`]).
+fn full_class_stats(
+    chunk: &Chunk<'_>,
+    labels: &[usize],
+    k: usize,
+    pooled: bool,
+    spare: &mut Option<ChunkStats>,
+) -> Result<ChunkStats> {
     let (x, d) = (chunk.x, chunk.x.ncols());
+    debug_assert!(by_masks(k, d));
     let (counts, means) = checked_class_counts_and_means(chunk, labels, k)?;
-    let mut lower = Mat::zeros(k, d * (d + 1) / 2);
+    let products = d * (d + 1) / 2;
+    let mut lower = Mat::zeros(k, products);
     density::moments::grouped_cross_products(x, labels, means.as_ref(), lower.as_mut());
-    Ok((0..k)
-        .map(|c| {
-            let packed: Vec<f64> = lower.row(c).iter().copied().collect();
-            SufficientStats::full_from_packed(
-                counts[c] as f64,
-                means.row(c).iter().copied().collect(),
-                &packed,
-            )
-        })
-        .collect())
+    // Each class's packed products and mean, contiguous (by_masks keeps them few).
+    let mut packed = [0.0; MASKED_MAX_PRODUCTS];
+    let mut mean = [0.0; MASKED_MAX_PRODUCTS];
+    let (packed, mean) = (&mut packed[..products], &mut mean[..d]);
+    if pooled {
+        // from_classes: each class's weight and mean (zeros for an empty class) and the sum of
+        // the class scatters in class order, an empty class's zeros included.
+        let mut stats = ChunkStats::pooled_to_fill(spare, k, d);
+        stats.within.fill(0.0);
+        for c in 0..k {
+            let live = counts[c] > 0;
+            stats.weights[c] = counts[c] as f64;
+            for (j, m) in stats.means[c * d..(c + 1) * d].iter_mut().enumerate() {
+                *m = if live { means[(c, j)] } else { 0.0 };
+            }
+            for j in 0..d {
+                for i in 0..=j {
+                    let v = if live {
+                        lower[(c, j * (j + 1) / 2 + i)]
+                    } else {
+                        0.0
+                    };
+                    stats.within[i * d + j] += v;
+                    if i != j {
+                        stats.within[j * d + i] += v;
+                    }
+                }
+            }
+        }
+        return Ok(ChunkStats::Pooled(stats));
+    }
+    let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Full);
+    for (c, class) in classes.iter_mut().enumerate() {
+        packed
+            .iter_mut()
+            .zip(lower.row(c).iter())
+            .for_each(|(p, &v)| *p = v);
+        mean.iter_mut()
+            .zip(means.row(c).iter())
+            .for_each(|(m, &v)| *m = v);
+        class.set_full_packed(counts[c] as f64, mean, packed);
+    }
+    Ok(ChunkStats::Classes(classes))
 }
 
 /// The diagonal statistics of each class's rows of `x` (`labels[i] < k`, weight one each): the
 /// sums and squared deviations of each column in one sweep, checked through the sums as in
-/// [`checked_class_counts_and_means`].
+/// [`checked_class_counts_and_means`]. Into `spare`'s vectors when they have the shape.
 fn diagonal_class_stats(
     chunk: &Chunk<'_>,
     labels: &[usize],
     k: usize,
+    spare: &mut Option<ChunkStats>,
 ) -> Result<Vec<SufficientStats>> {
     let (x, d) = (chunk.x, chunk.x.ncols());
     let counts = group_counts(labels, k);
@@ -306,15 +350,19 @@ fn diagonal_class_stats(
     density::moments::grouped_sums_and_squares(x, labels, &counts, sums.as_mut(), scatter.as_mut());
     check_through_sums(chunk, &sums)?;
     let means = class_means(&sums, &counts);
-    Ok((0..k)
-        .map(|c| {
-            SufficientStats::diagonal_from_parts(
-                counts[c] as f64,
-                means.row(c).iter().copied().collect(),
-                scatter.row(c).iter().copied().collect(),
-            )
-        })
-        .collect())
+    let (mut mean, mut squares) = (vec![0.0; d], vec![0.0; d]);
+    let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Diagonal);
+    for (c, class) in classes.iter_mut().enumerate() {
+        mean.iter_mut()
+            .zip(means.row(c).iter())
+            .for_each(|(m, &v)| *m = v);
+        squares
+            .iter_mut()
+            .zip(scatter.row(c).iter())
+            .for_each(|(s, &v)| *s = v);
+        class.set_diagonal_parts(counts[c] as f64, &mean, &squares);
+    }
+    Ok(classes)
 }
 
 /// One chunk's statistics: each class's, or, for a shared covariance without shrinkage, each
@@ -626,7 +674,7 @@ impl Checked<GaussianParams> {
             && kind == ScatterKind::Diagonal
             && k <= IN_PLACE_MAX_CLASSES
         {
-            return diagonal_class_stats(&chunk, labels, k).map(wrap);
+            return diagonal_class_stats(&chunk, labels, k, spare).map(wrap);
         }
         // Full statistics of labeled rows with few features and few classes: the same two
         // passes, each class's products of deviations by mask.
@@ -634,7 +682,7 @@ impl Checked<GaussianParams> {
             && kind == ScatterKind::Full
             && by_masks(k, d)
         {
-            return full_class_stats(&chunk, labels, k).map(wrap);
+            return full_class_stats(&chunk, labels, k, pooled, spare);
         }
         // The pooled scatter of labeled rows with few classes: each column's class sums
         // as it is read, which also check its values, then the column less its rows'
@@ -1745,6 +1793,111 @@ impl DiagonalLogJoint<'_> {
                     q += t * t * inv_var[c * d + j];
                 }
                 out[(i, c)] = log_norm[c] - 0.5 * q;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A labeled chunk of the rows `x`, with no responsibilities (`empty` has no columns).
+    fn labeled<'a>(x: MatRef<'a, f64>, labels: &'a [usize], empty: MatRef<'a, f64>) -> Chunk<'a> {
+        Chunk {
+            set: 0,
+            first_row: 0,
+            x,
+            resp: empty.subrows(0, x.nrows()),
+            labels: Some(labels),
+            prechecked: false,
+            weight_totals: None,
+        }
+    }
+
+    fn bits(v: &[f64]) -> Vec<u64> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The masked statistics of a labeled chunk: pooled, the bits `PooledStats::from_classes`
+    /// gives for its classes' statistics; filled into the vectors of another chunk's statistics
+    /// (as a fit's next chunk fills the last one's), the bits of new ones. With an empty class,
+    /// a class of one row and values far from zero, for every shape the masks take.
+    #[test]
+    fn masked_statistics_pool_and_refill_with_the_bits_of_new_ones() {
+        let (n, other_n) = (203, 77);
+        for (d, k) in (1..=5).flat_map(|d| (1..=MASKED_MAX_CLASSES).map(move |k| (d, k))) {
+            if !by_masks(k, d) {
+                continue;
+            }
+            let value = |i: usize, j: usize, seed: usize| {
+                1e3 * (j + 1) as f64 + ((i * 37 + j * 11 + seed) % 101) as f64 / 7.0
+            };
+            // Class 0 has one row, the last class (when k > 2) none.
+            let label = |i: usize, seed: usize| match (k, i) {
+                (1, _) => 0,
+                (_, 0) => 0,
+                _ => 1 + (i * 3 + seed) % (if k > 2 { k - 2 } else { 1 }),
+            };
+            let x = Mat::from_fn(n, d, |i, j| value(i, j, 0));
+            let labels: Vec<usize> = (0..n).map(|i| label(i, 0)).collect();
+            let y = Mat::from_fn(other_n, d, |i, j| value(i, j, 5));
+            let other: Vec<usize> = (0..other_n).map(|i| label(i, 1)).collect();
+            let empty = Mat::<f64>::zeros(n.max(other_n), 0);
+            let chunk = |x, labels| labeled(x, labels, empty.as_ref());
+            let case = format!("d = {d}, K = {k}");
+            let Ok(ChunkStats::Classes(classes)) =
+                full_class_stats(&chunk(x.as_ref(), &labels), &labels, k, false, &mut None)
+            else {
+                panic!("{case}: no class statistics");
+            };
+            let want = PooledStats::from_classes(&classes);
+            for mut spare in [None, Some(ChunkStats::Classes(Vec::new()))] {
+                // Another chunk's pooled statistics first, so that the spare holds its values.
+                if spare.is_some() {
+                    let Ok(got) =
+                        full_class_stats(&chunk(y.as_ref(), &other), &other, k, true, &mut None)
+                    else {
+                        panic!("{case}: the other chunk");
+                    };
+                    spare = Some(got);
+                }
+                let Ok(ChunkStats::Pooled(got)) =
+                    full_class_stats(&chunk(x.as_ref(), &labels), &labels, k, true, &mut spare)
+                else {
+                    panic!("{case}: no pooled statistics");
+                };
+                assert_eq!(bits(&got.weights), bits(&want.weights), "{case}");
+                assert_eq!(bits(&got.means), bits(&want.means), "{case}");
+                assert_eq!(bits(&got.within), bits(&want.within), "{case}");
+            }
+            // Per class, into the vectors of the other chunk's statistics.
+            let Ok(previous) =
+                full_class_stats(&chunk(y.as_ref(), &other), &other, k, false, &mut None)
+            else {
+                panic!("{case}: the other chunk's classes");
+            };
+            let Ok(ChunkStats::Classes(refilled)) = full_class_stats(
+                &chunk(x.as_ref(), &labels),
+                &labels,
+                k,
+                false,
+                &mut Some(previous),
+            ) else {
+                panic!("{case}: no refilled statistics");
+            };
+            for (c, (got, want)) in refilled.iter().zip(&classes).enumerate() {
+                assert_eq!(
+                    got.weight().to_bits(),
+                    want.weight().to_bits(),
+                    "{case}, {c}"
+                );
+                assert_eq!(bits(got.mean()), bits(want.mean()), "{case}, class {c}");
+                assert_eq!(
+                    bits(got.scatter()),
+                    bits(want.scatter()),
+                    "{case}, class {c}"
+                );
             }
         }
     }

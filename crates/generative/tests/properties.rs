@@ -1554,12 +1554,13 @@ fn fixed_priors_are_used() {
 /// `fit_sets` then fills the statistics of a run's merged chunk again for its next chunk, where
 /// the split takes new ones, and any value left from the merged chunk would change the bits.
 /// With 4 classes the labeled chunks are packed by class; with 10 they are grouped, and the
-/// shared covariance takes its pooled form from the class blocks. Ledoit–Wolf shrinkage, which
+/// shared covariance takes its pooled form from the class blocks; with 2 classes of 2 features
+/// the statistics are taken by mask. Ledoit–Wolf shrinkage, which
 /// reads the rows twice, has no split.
 #[test]
 fn split_gaussian_fits_finish_with_the_bits_of_fit_sets() {
     use generative::split::fold_split;
-    for (d, k) in [(3, 4), (2, 10)] {
+    for (d, k) in [(3, 4), (2, 10), (2, 2)] {
         let (x_l, y_l) = gaussian_data(700, d, k, 11);
         let (x_u, y_u) = gaussian_data(33 * 4096 + 123, d, k, 12);
         let resp_u = Mat::from_fn(x_u.nrows(), k, |i, c| {
