@@ -74,15 +74,24 @@ impl SufficientStats {
     /// statistics again chunk after chunk rather than allocating it.
     pub fn set_diagonal_parts(&mut self, weight: f64, mean: &[f64], scatter: &[f64]) {
         debug_assert_eq!(self.kind, ScatterKind::Diagonal);
+        if self.set_weight_and_mean(weight, mean) {
+            self.scatter.copy_from_slice(scatter);
+        }
+    }
+
+    /// The weight and mean for [`SufficientStats::set_diagonal_parts`] and
+    /// [`SufficientStats::set_full_packed`], and whether the scatter is still to be set:
+    /// at zero weight (an empty class) everything is zeroed here.
+    fn set_weight_and_mean(&mut self, weight: f64, mean: &[f64]) -> bool {
         if weight <= 0.0 {
             self.weight = 0.0;
             self.mean.fill(0.0);
             self.scatter.fill(0.0);
-            return;
+            return false;
         }
         self.weight = weight;
         self.mean.copy_from_slice(mean);
-        self.scatter.copy_from_slice(scatter);
+        true
     }
 
     /// Replaces `self` (full statistics of as many features) by full statistics from their
@@ -94,14 +103,9 @@ impl SufficientStats {
         debug_assert_eq!(self.kind, ScatterKind::Full);
         let d = self.mean.len();
         debug_assert_eq!(lower.len(), d * (d + 1) / 2);
-        if weight <= 0.0 {
-            self.weight = 0.0;
-            self.mean.fill(0.0);
-            self.scatter.fill(0.0);
+        if !self.set_weight_and_mean(weight, mean) {
             return;
         }
-        self.weight = weight;
-        self.mean.copy_from_slice(mean);
         for j in 0..d {
             for k in 0..=j {
                 let v = lower[j * (j + 1) / 2 + k];
