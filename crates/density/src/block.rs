@@ -293,6 +293,21 @@ pub fn gather_rows<'a>(
     MatRef::from_column_major_slice(&out[..], m, d)
 }
 
+/// Most values [`with_small_buffer`] keeps on the stack.
+const SMALL_BUFFER: usize = 64;
+
+/// `f` on `len` zeros: on the stack up to 64 of them, else in a new vector. For the short
+/// vectors of a merge of statistics, where an allocation per merge showed at small d (a fit
+/// at d = 2, K = 10 merges ten classes per chunk).
+#[inline(always)]
+pub fn with_small_buffer<R>(len: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
+    if len <= SMALL_BUFFER {
+        f(&mut [0.0; SMALL_BUFFER][..len])
+    } else {
+        f(&mut vec![0.0; len])
+    }
+}
+
 /// The span of a reused block known to hold zeros since it was last cleared: the padding
 /// columns a block laid out for one chunk zeroed, which the next chunk's layout need not clear
 /// again where its padding falls on them.

@@ -384,7 +384,8 @@ impl ClassBlocks {
         // at most 2 · 8 − 1 rows), so that the next chunk's split, whose classes differ in size,
         // finds the buffer big enough where it is, with the padding this one zeros.
         let most = rows + self.classes.len() * (2 * CLASS_ROWS_MULTIPLE - 1);
-        let room = crate::block::aligned_prefix(&mut self.buf, self.cols * most.max(stride));
+        debug_assert!(stride <= most);
+        let room = crate::block::aligned_prefix(&mut self.buf, self.cols * most);
         let block = &mut room[..self.cols * stride];
         self.zeroed
             .clear(block, d.min(self.cols) * stride..self.cols * stride);
@@ -403,9 +404,7 @@ impl ClassBlocks {
     /// Whether the padding columns (d to the whole tile) of the last split's layout are zero.
     #[cfg(test)]
     fn padding_is_zero(&mut self) -> bool {
-        let (d, cols, stride) = (self.d, self.cols, self.stride);
-        let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        block[d.min(cols) * stride..].iter().all(|&v| v == 0.0)
+        padding_columns_are_zero(&mut self.buf, self.d.min(self.cols), self.cols, self.stride)
     }
 
     /// Number of rows of class `c`.
@@ -518,6 +517,13 @@ impl ClassBlocks {
     }
 }
 
+/// Whether columns `d..cols` of a block of `stride` rows per column laid out in `buf` are zero.
+#[cfg(test)]
+fn padding_columns_are_zero(buf: &mut Vec<f64>, d: usize, cols: usize, stride: usize) -> bool {
+    let block = crate::block::aligned_prefix(buf, cols * stride);
+    block[d * stride..].iter().all(|&v| v == 0.0)
+}
+
 /// [`ClassBlocks::means_and_pooled_scatter`]'s kernel.
 struct Pooled<'a> {
     y: &'a mut [f64],
@@ -615,10 +621,8 @@ impl RowBlock {
     /// Whether the padding columns (d to the whole tile) are zero.
     #[cfg(test)]
     fn padding_is_zero(&mut self) -> bool {
-        let (d, stride) = (self.d, self.stride);
-        let cols = d.div_ceil(TILE_J) * TILE_J;
-        let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        y[d * stride..].iter().all(|&v| v == 0.0)
+        let cols = self.d.div_ceil(TILE_J) * TILE_J;
+        padding_columns_are_zero(&mut self.buf, self.d, cols, self.stride)
     }
 
     /// Lays out the rows of `x` (any layout), each less its group's mean: row i becomes

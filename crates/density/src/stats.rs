@@ -421,9 +421,6 @@ fn nonzero_few(nonzero: usize, n: usize) -> bool {
     nonzero * 8 < n * 7
 }
 
-/// Widths up to which [`SufficientStats::merge`] keeps its two vectors of d on the stack.
-const STACK_MERGE_FEATURES: usize = 32;
-
 impl Mergeable for SufficientStats {
     fn merge(&mut self, other: &Self) {
         debug_assert_eq!(self.kind, other.kind);
@@ -437,16 +434,16 @@ impl Mergeable for SufficientStats {
         }
         let d = self.mean.len();
         let total = self.weight + other.weight;
-        // δ and its scaled copy on the stack for the widths where a merge is cheap enough for
-        // two allocations to show (a fit at d = 2, K = 10 merges ten classes per chunk).
-        let mut small = [0.0; 2 * STACK_MERGE_FEATURES];
-        let mut large = Vec::new();
-        let room = if d <= STACK_MERGE_FEATURES {
-            &mut small[..2 * d]
-        } else {
-            large.resize(2 * d, 0.0);
-            &mut large[..]
-        };
+        // δ and its scaled copy on the stack at small d.
+        crate::block::with_small_buffer(2 * d, |room| self.merge_moments(other, total, room));
+    }
+}
+
+impl SufficientStats {
+    /// [`Mergeable::merge`] past its early returns, with `room` for δ and its scaled copy
+    /// (2d values).
+    fn merge_moments(&mut self, other: &Self, total: f64, room: &mut [f64]) {
+        let d = self.mean.len();
         let (delta, scaled) = room.split_at_mut(d);
         delta
             .iter_mut()

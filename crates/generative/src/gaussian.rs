@@ -435,9 +435,6 @@ impl ChunkStats {
 /// 0.091-0.095 s.
 const MERGED_RUN: usize = 8;
 
-/// Widths up to which [`PooledStats::merge`] keeps its vector of d on the stack.
-const STACK_DELTA_FEATURES: usize = 32;
-
 /// Per class, the weight and mean of a chunk's rows (class c's mean at `means[c·d..]`), and
 /// Σ_c Σ_i w_ic (x_i − m_c)(x_i − m_c)ᵀ over the chunk (d × d column-major).
 struct PooledStats {
@@ -476,43 +473,38 @@ impl PooledStats {
             .iter_mut()
             .zip(&other.within)
             .for_each(|(w, v)| *w += v);
-        // δ on the stack at the widths where an allocation per merge would show.
-        let (mut small, mut large) = ([0.0; STACK_DELTA_FEATURES], Vec::new());
-        let delta = if d <= small.len() {
-            &mut small[..d]
-        } else {
-            large.resize(d, 0.0);
-            &mut large[..]
-        };
-        for (c, &wb) in other.weights.iter().enumerate() {
-            let wa = self.weights[c];
-            if wb <= 0.0 {
-                continue;
-            }
-            let mean = &mut self.means[c * d..(c + 1) * d];
-            if wa <= 0.0 {
-                mean.copy_from_slice(&other.means[c * d..(c + 1) * d]);
-                self.weights[c] = wb;
-                continue;
-            }
-            let total = wa + wb;
-            let ratio = wb / total;
-            delta
-                .iter_mut()
-                .zip(other.means[c * d..].iter().zip(mean.iter()))
-                .for_each(|(dl, (b, a))| *dl = b - a);
-            mean.iter_mut()
-                .zip(delta.iter())
-                .for_each(|(m, dl)| *m += dl * ratio);
-            let scale = wa * ratio;
-            for (col, dj) in self.within.chunks_exact_mut(d).zip(delta.iter()) {
-                let s = scale * dj;
-                col.iter_mut()
+        // δ on the stack at small d.
+        density::block::with_small_buffer(d, |delta| {
+            for (c, &wb) in other.weights.iter().enumerate() {
+                let wa = self.weights[c];
+                if wb <= 0.0 {
+                    continue;
+                }
+                let mean = &mut self.means[c * d..(c + 1) * d];
+                if wa <= 0.0 {
+                    mean.copy_from_slice(&other.means[c * d..(c + 1) * d]);
+                    self.weights[c] = wb;
+                    continue;
+                }
+                let total = wa + wb;
+                let ratio = wb / total;
+                delta
+                    .iter_mut()
+                    .zip(other.means[c * d..].iter().zip(mean.iter()))
+                    .for_each(|(dl, (b, a))| *dl = b - a);
+                mean.iter_mut()
                     .zip(delta.iter())
-                    .for_each(|(v, di)| *v += s * di);
+                    .for_each(|(m, dl)| *m += dl * ratio);
+                let scale = wa * ratio;
+                for (col, dj) in self.within.chunks_exact_mut(d).zip(delta.iter()) {
+                    let s = scale * dj;
+                    col.iter_mut()
+                        .zip(delta.iter())
+                        .for_each(|(v, di)| *v += s * di);
+                }
+                self.weights[c] = total;
             }
-            self.weights[c] = total;
-        }
+        });
     }
 
     /// The chunks' statistics together, taken in chunk order: each class's total weight and mean
