@@ -14,7 +14,7 @@
 //! changes it. No inverse is formed: `1 / L_jj` is the only reciprocal, and it scales the
 //! substitution as dividing would, to within one rounding.
 
-use faer::MatRef;
+use faer::{MatMut, MatRef};
 
 /// `out[i] = ‖L⁻¹(x_i − μ)‖²` for every row `x_i` of `x` (n × d, any layout), where `chol_lower`
 /// is the lower Cholesky factor `L` of the covariance (only its lower triangle is read; its
@@ -45,6 +45,133 @@ pub fn gaussian_log_density(
     out: &mut [f64],
 ) {
     run_kernel(x, mean, chol_lower, -0.5, log_norm, out, None);
+}
+
+/// `out[(i, c)] = log_norms[c] − ½‖L_c⁻¹(x_i − μ_c)‖²` for every row of `x` and every class c:
+/// [`gaussian_log_density`] of each class (its bits), with `means` K × d row-major and
+/// `factors` the K lower factors, d × d column-major one after another. Each block of rows is
+/// read from `x` once for all the classes and centred at each class's mean from L1, and each
+/// class's results are stored straight into its column of `out` (b × K, any layout).
+///
+/// Why: class by class, every class read the whole chunk again and copied each block's results
+/// out through a call; at d = 2, K = 10, QDA's log joints into a kept output took 9.4 ms
+/// against LDA's 4.9 ms, `perf` putting 36% of the samples in that copy.
+pub fn gaussian_log_densities(
+    x: MatRef<'_, f64>,
+    means: &[f64],
+    factors: &[f64],
+    log_norms: &[f64],
+    out: MatMut<'_, f64>,
+) {
+    let (d, k) = (x.ncols(), log_norms.len());
+    debug_assert_eq!(means.len(), k * d);
+    debug_assert_eq!(factors.len(), k * d * d);
+    debug_assert!(out.nrows() == x.nrows() && out.ncols() == k);
+    let strict = d * d.saturating_sub(1) / 2;
+    let mut packed = Vec::with_capacity(k * strict);
+    let mut inv_diag = Vec::with_capacity(k * d);
+    for l in factors.chunks_exact(d * d).take(k) {
+        let l = MatRef::from_column_major_slice(l, d, d);
+        for j in 0..d {
+            for t in 0..j {
+                packed.push(l[(j, t)]);
+            }
+        }
+        inv_diag.extend((0..d).map(|j| 1.0 / l[(j, j)]));
+    }
+    pulp::Arch::new().dispatch(ClassesKernel {
+        x,
+        means,
+        packed: &packed,
+        inv_diag: &inv_diag,
+        log_norms,
+        out,
+    });
+}
+
+/// [`gaussian_log_densities`]' loop as one [`pulp::WithSimd`] operation (see [`Kernel`]).
+struct ClassesKernel<'a> {
+    x: MatRef<'a, f64>,
+    means: &'a [f64],
+    /// Each class's strict lower triangle, as [`run_kernel`] packs it, one after another.
+    packed: &'a [f64],
+    /// Each class's `1 / L_jj`, K × d.
+    inv_diag: &'a [f64],
+    log_norms: &'a [f64],
+    out: MatMut<'a, f64>,
+}
+
+impl pulp::WithSimd for ClassesKernel<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        if S::REGISTER_COUNT >= 32 {
+            self.run::<S, 8>(simd);
+        } else {
+            self.run::<S, 4>(simd);
+        }
+    }
+}
+
+impl ClassesKernel<'_> {
+    #[inline(always)]
+    fn run<S: pulp::Simd, const V: usize>(mut self, simd: S) {
+        let rows = V * S::F64_LANES;
+        let (n, d, k) = (self.x.nrows(), self.x.ncols(), self.log_norms.len());
+        let strict = d * d.saturating_sub(1) / 2;
+        // The block as read, the block centred at one class's mean, the finished substitution
+        // vectors and a partial block's results, each on cache-line boundaries.
+        let (mut raw, mut z, mut done, mut norms) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let raw = crate::block::aligned_prefix(&mut raw, d * rows);
+        let z = crate::block::aligned_prefix(&mut z, d * rows);
+        let done = crate::block::aligned_prefix(&mut done, d * rows);
+        let norms = crate::block::aligned_prefix(&mut norms, rows);
+        let mut r0 = 0;
+        while r0 < n {
+            let len = rows.min(n - r0);
+            crate::block::gather_columns(self.x.subrows(r0, len), None, None, rows, raw);
+            for c in 0..k {
+                // x − μ_cj, as `gather_columns` centres (the padding rows' values are unused).
+                let mean = &self.means[c * d..(c + 1) * d];
+                for ((zj, xj), &m) in z
+                    .chunks_exact_mut(rows)
+                    .zip(raw.chunks_exact(rows))
+                    .zip(mean)
+                {
+                    let m = simd.splat_f64s(m);
+                    let (zv, _) = S::as_mut_simd_f64s(zj);
+                    let (xv, _) = S::as_simd_f64s(xj);
+                    for (o, &v) in zv.iter_mut().zip(xv) {
+                        *o = simd.sub_f64s(v, m);
+                    }
+                }
+                let mut col = self.out.as_mut().col_mut(c).subrows_mut(r0, len);
+                let whole = len == rows;
+                let target: &mut [f64] = match col.as_mut().try_as_col_major_mut() {
+                    Some(slice) if whole => slice.as_slice_mut(),
+                    _ => &mut norms[..],
+                };
+                substitute::<S, V>(
+                    simd,
+                    z,
+                    rows,
+                    &self.packed[c * strict..(c + 1) * strict],
+                    &self.inv_diag[c * d..(c + 1) * d],
+                    (-0.5, self.log_norms[c]),
+                    S::as_mut_simd_f64s(done).0,
+                    target,
+                );
+                if !(whole && col.as_mut().try_as_col_major_mut().is_some()) {
+                    for (t, v) in norms[..len].iter().enumerate() {
+                        col[t] = *v;
+                    }
+                }
+            }
+            r0 += len;
+        }
+    }
 }
 
 /// The whitened rows w_i = L⁻¹(x_i − μ) of `x` (n × d, any layout), into `out` as n × d
@@ -359,6 +486,75 @@ mod tests {
                 for (i, (g, q)) in got.iter().zip(&q).enumerate() {
                     let want = log_norm - 0.5 * q;
                     assert_eq!(g.to_bits(), want.to_bits(), "d={d} row {i}: {g} vs {want}");
+                }
+            }
+        }
+    }
+
+    /// Every class's column of the several-class kernel has the bits of the one-class kernel,
+    /// for widths with odd and paired columns, row counts with whole and partial blocks, every
+    /// layout of the rows, and outputs whose columns are contiguous, row-major or reversed.
+    #[test]
+    fn several_classes_have_the_bits_of_each_class_alone() {
+        for (seed, &d) in [1usize, 2, 3, 5, 16, 17].iter().enumerate() {
+            for &n in &[0usize, 1, 15, 64, 65, 130] {
+                for k in [1usize, 3] {
+                    let mut means = Vec::new();
+                    let mut factors = Vec::new();
+                    let mut log_norms = Vec::new();
+                    let mut x = Mat::zeros(n, d);
+                    for c in 0..k {
+                        let (xc, mean, l) = random_problem(n, d, 900 + seed as u64 * 50 + c as u64);
+                        if c == 0 {
+                            x = xc;
+                        }
+                        means.extend(mean);
+                        factors.extend((0..d * d).map(|t| l[(t % d, t / d)]));
+                        log_norms.push(-1.5 * c as f64 + 0.25);
+                    }
+                    let want: Vec<Vec<f64>> = (0..k)
+                        .map(|c| {
+                            let l = MatRef::from_column_major_slice(
+                                &factors[c * d * d..(c + 1) * d * d],
+                                d,
+                                d,
+                            );
+                            let mut col = vec![f64::NAN; n];
+                            let mean = &means[c * d..(c + 1) * d];
+                            gaussian_log_density(x.as_ref(), mean, l, log_norms[c], &mut col);
+                            col
+                        })
+                        .collect();
+                    let layouts = crate::test_layouts::Layouts::new(x.as_ref());
+                    for (which, view) in layouts.views(x.as_ref()).into_iter().enumerate() {
+                        let mut out = Mat::from_fn(n, k, |_, _| f64::NAN);
+                        let mut out_rows = vec![f64::NAN; n * k];
+                        let mut reversed = Mat::from_fn(n, k, |_, _| f64::NAN);
+                        gaussian_log_densities(view, &means, &factors, &log_norms, out.as_mut());
+                        gaussian_log_densities(
+                            view,
+                            &means,
+                            &factors,
+                            &log_norms,
+                            MatMut::from_row_major_slice_mut(&mut out_rows, n, k),
+                        );
+                        gaussian_log_densities(
+                            view,
+                            &means,
+                            &factors,
+                            &log_norms,
+                            reversed.as_mut().reverse_rows_mut(),
+                        );
+                        for (c, want) in want.iter().enumerate() {
+                            for (i, w) in want.iter().enumerate() {
+                                let at = format!("d={d} n={n} K={k} layout={which} ({i}, {c})");
+                                assert_eq!(out[(i, c)].to_bits(), w.to_bits(), "{at}");
+                                assert_eq!(out_rows[i * k + c].to_bits(), w.to_bits(), "{at}");
+                                let r = reversed[(n - 1 - i, c)];
+                                assert_eq!(r.to_bits(), w.to_bits(), "{at} reversed");
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -16,7 +16,7 @@
 //! of rows, and `ln|Σ| = 2 Σ ln L_ii`; no inverse or determinant is formed.
 
 use density::linalg::{matmul, solve_lower_triangular_in_place, solve_upper_triangular_in_place};
-use density::mahalanobis::gaussian_log_density;
+use density::mahalanobis::gaussian_log_densities;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use density::moments::group_counts;
@@ -35,7 +35,7 @@ use crate::parallel::{
 };
 use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
-use density::block::{column, with_column_mut};
+use density::block::column;
 
 const LN_2PI: f64 = 1.837_877_066_409_345_5;
 
@@ -1428,7 +1428,8 @@ impl GenerativeClassifier for GaussianClassifier {
         match self.structure {
             CovarianceStructure::Full => {
                 // log_norm_c − ½‖L_c⁻¹(x − μ_c)‖² by forward substitution, read straight from
-                // x's layout and written straight into the class's column.
+                // x's layout, each block of rows once for every class, and written straight
+                // into the classes' columns.
                 // Above 8 columns, the chunk is first read a few columns side by side, so that
                 // the substitution, which reads a 64-row block of every column, finds it in
                 // cache: its d short runs from memory were not prefetched well. On a Zen 4,
@@ -1438,17 +1439,7 @@ impl GenerativeClassifier for GaussianClassifier {
                 if d > density::moments::SHORT_RUN_MAX_COLUMNS {
                     density::moments::touch_chunk(x);
                 }
-                for c in 0..k {
-                    let mu = &self.means[c * d..(c + 1) * d];
-                    let l = MatRef::from_column_major_slice(
-                        &self.factors[c * d * d..(c + 1) * d * d],
-                        d,
-                        d,
-                    );
-                    with_column_mut(out.as_mut(), c, |col| {
-                        gaussian_log_density(x, mu, l, log_norm[c], col)
-                    });
-                }
+                gaussian_log_densities(x, &self.means, &self.factors, &log_norm, out.as_mut());
             }
             CovarianceStructure::Tied => {
                 // Whiten once: z_i = L⁻¹(x_i − μ̄) and m_k = L⁻¹(μ_k − μ̄), μ̄ the mean of the
