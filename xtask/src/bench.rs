@@ -1279,6 +1279,8 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
                     .log_joint_into(x, kept.as_mut(), what)
                     .map_err(|e| e.to_string())?;
                 std::hint::black_box(&kept);
+            } else if op == "labels" {
+                std::hint::black_box(fitted.predict(x).map_err(|e| e.to_string())?);
             } else {
                 std::hint::black_box(fitted.predict_proba(x).map_err(|e| e.to_string())?);
             }

@@ -330,10 +330,25 @@ pub trait GenerativeClassifier: Send + Sync {
         self.log_joint_then(x, Posterior::Probability)
     }
 
-    /// argmax_k p(y = k | x_i); ties go to the lowest class index.
+    /// argmax_k p(y = k | x_i); ties go to the lowest class index. The argmax of the scores
+    /// that `predict_proba` normalises ([`Posterior::Scores`]; for LDA its linear
+    /// discriminant), taken chunk by chunk in a buffer each worker reuses, so no n × K output
+    /// is written. Why: through the n × K log joints and a serial argmax, LDA's `predict` took
+    /// 0.142 s at n = 1e6, d = 64, K = 10 against 0.047 s for its `predict_proba`.
     fn predict(&self, x: MatRef<'_, f64>) -> Result<Vec<usize>> {
-        let lj = self.log_joint(x)?;
-        Ok(argmax_rows(lj.as_ref()))
+        let runs = log_joint_pass_fold(
+            self,
+            x,
+            None,
+            Posterior::Scores,
+            true,
+            // Runs of one chunk: each chunk's classes on their own, in order (nothing to fold).
+            1,
+            || (),
+            |_, _, _, chunk| argmax_rows(chunk.as_ref()),
+            |_, _| {},
+        )?;
+        Ok(runs.concat())
     }
 
     /// Marginal log-likelihood Σ_i ln Σ_k p(x_i, k).
@@ -509,7 +524,7 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
     match what {
         Posterior::Joint => model.log_joint_chunk(xc, chunk.as_mut()),
         Posterior::JointLessShared => model.joint_less_shared_chunk(xc, chunk.as_mut()),
-        Posterior::LogProbability | Posterior::Probability => {
+        Posterior::Scores | Posterior::LogProbability | Posterior::Probability => {
             model.posterior_scores_chunk(xc, chunk.as_mut())
         }
     }
@@ -532,6 +547,10 @@ pub enum Posterior {
     /// the joint, with h's sum over a set of rows from
     /// [`GenerativeClassifier::shared_term_sum`] (what EM's E-step needs).
     JointLessShared,
+    /// ln p(x, y = k) plus a term of the row's that is the same for every class: the scores
+    /// the posteriors normalise ([`GenerativeClassifier::posterior_scores_chunk`]; for LDA its
+    /// linear discriminant), whose argmax is the predicted class.
+    Scores,
     /// ln p(y = k | x)
     LogProbability,
     /// p(y = k | x)
@@ -826,19 +845,79 @@ pub fn row_log_sum_exp(m: MatRef<'_, f64>) -> Vec<f64> {
         .collect()
 }
 
-/// Index of the largest entry of each row (first on ties).
+/// Index of the largest entry of each row (first on ties; an entry that is not greater than
+/// the row's best so far, NaN included, never replaces it).
 pub fn argmax_rows(m: MatRef<'_, f64>) -> Vec<usize> {
-    (0..m.nrows())
-        .map(|i| {
-            let mut best = 0;
-            for j in 1..m.ncols() {
-                if m[(i, j)] > m[(i, best)] {
-                    best = j;
+    let mut index = vec![0; m.nrows()];
+    pulp::Arch::new().dispatch(ArgmaxRows {
+        m,
+        index: &mut index,
+    });
+    index
+}
+
+/// Rows per block of [`ArgmaxRows`]: the block's best values and columns stay in L1.
+const ARGMAX_BLOCK: usize = 256;
+
+/// [`argmax_rows`] into `index`, column by column over blocks of rows: each row's best value so
+/// far and its column, replaced by a strictly greater entry, the comparisons of a row-by-row
+/// scan in its order. Why: down a column-major chunk the comparisons are contiguous vectors;
+/// along rows they were one strided scalar step each (half of `predict`'s samples at d = 2,
+/// K = 10 even as a column-wise loop, which the compiler left scalar outside a dispatch).
+struct ArgmaxRows<'a> {
+    m: MatRef<'a, f64>,
+    index: &'a mut [usize],
+}
+
+impl pulp::WithSimd for ArgmaxRows<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        let ArgmaxRows { m, index } = self;
+        let k = m.ncols();
+        let mut best = [0.0f64; ARGMAX_BLOCK];
+        let mut at = [0u64; ARGMAX_BLOCK];
+        for (b, index) in index.chunks_mut(ARGMAX_BLOCK).enumerate() {
+            let len = index.len();
+            let block = m.subrows(b * ARGMAX_BLOCK, len);
+            let (best, at) = (&mut best[..len], &mut at[..len]);
+            at.fill(0);
+            if k > 0 {
+                for (i, v) in best.iter_mut().enumerate() {
+                    *v = block[(i, 0)];
                 }
             }
-            best
-        })
-        .collect()
+            for j in 1..k {
+                let Some(col) = block.col(j).try_as_col_major() else {
+                    for (i, (v, a)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
+                        let e = block[(i, j)];
+                        if e > *v {
+                            (*v, *a) = (e, j as u64);
+                        }
+                    }
+                    continue;
+                };
+                let (bv, best_tail) = S::as_mut_simd_f64s(best);
+                let (av, at_tail) = S::as_mut_simd_u64s(at);
+                let (cv, col_tail) = S::as_simd_f64s(col.as_slice());
+                let jv = simd.splat_u64s(j as u64);
+                for ((v, a), &e) in bv.iter_mut().zip(av.iter_mut()).zip(cv) {
+                    let greater = simd.greater_than_f64s(e, *v);
+                    *v = simd.select_f64s(greater, e, *v);
+                    *a = simd.select_u64s(greater, jv, *a);
+                }
+                for ((v, a), &e) in best_tail.iter_mut().zip(at_tail.iter_mut()).zip(col_tail) {
+                    if e > *v {
+                        (*v, *a) = (e, j as u64);
+                    }
+                }
+            }
+            for (o, &a) in index.iter_mut().zip(at.iter()) {
+                *o = a as usize;
+            }
+        }
+    }
 }
 
 /// Plain hyper-parameters with documented defaults. `check` validates them once; only the
@@ -901,6 +980,64 @@ pub trait WeightedFit: Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The column-wise vector argmax gives each row the index a row-by-row scan gives (first on
+    /// ties, NaN never taken, a row of −∞ or of NaN at 0) for row counts around the vector
+    /// width and the block, every class count up to 11, and each layout.
+    #[test]
+    fn argmax_rows_is_the_row_by_row_scan_for_every_shape_and_layout() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let special = [
+            0.0, -0.0, 1.0, 1.0, -inf, inf, nan, 2.5, -3.0, 2.5, 1e300, -1e-300,
+        ];
+        let value = |i: usize, j: usize| -> f64 {
+            let h = (i * 7919 + j * 104_729 + (i * j) % 13) % 101;
+            match h % 4 {
+                0 => special[h % special.len()],
+                // Few distinct values, so that rows tie often.
+                _ => ((h / 4) % 5) as f64,
+            }
+        };
+        let scan = |m: MatRef<'_, f64>| -> Vec<usize> {
+            (0..m.nrows())
+                .map(|i| {
+                    let mut best = 0;
+                    for j in 1..m.ncols() {
+                        if m[(i, j)] > m[(i, best)] {
+                            best = j;
+                        }
+                    }
+                    best
+                })
+                .collect()
+        };
+        for n in [0usize, 1, 7, 8, 9, 255, 256, 257, 600] {
+            for k in 1..=11 {
+                let m = Mat::from_fn(n, k, |i, j| {
+                    if i % 17 == 3 {
+                        -inf
+                    } else if i % 19 == 5 {
+                        nan
+                    } else {
+                        value(i, j)
+                    }
+                });
+                let want = scan(m.as_ref());
+                let row_major = m.transpose().to_owned();
+                let reversed = Mat::from_fn(n, k, |i, j| m[(n - 1 - i, j)]);
+                for (layout, view) in [
+                    m.as_ref(),
+                    row_major.as_ref().transpose(),
+                    reversed.as_ref().reverse_rows(),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    assert_eq!(argmax_rows(view), want, "n = {n}, K = {k}, layout {layout}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn normalize_chunk_equals_the_row_by_row_formula_including_special_rows() {

@@ -505,6 +505,83 @@ fn fits_and_predictions_are_bit_identical_on_one_and_two_threads() {
     assert_eq!(run(1), run(2));
 }
 
+/// `predict` takes each chunk's argmax in a worker's buffer. Over several chunks (the last
+/// partial), on one and two threads and in both layouts, it must give every row the argmax of
+/// the scores `predict_proba` normalises, and, where those are the log joints (all but LDA), of
+/// the log joints; for the shared covariances, whose scores are their linear discriminants,
+/// the argmax of their log joints too on this data, and of their posteriors.
+#[test]
+fn predict_is_the_argmax_of_the_posterior_scores_over_chunks_and_threads() {
+    let (n, d, k) = (2 * 4096 + 100, 4, 5);
+    let (x, y) = gaussian_data(n, d, k, 31);
+    let argmax = |m: &Mat<f64>| -> Vec<usize> {
+        (0..m.nrows())
+            .map(|i| (1..m.ncols()).fold(0, |b, j| if m[(i, j)] > m[(i, b)] { j } else { b }))
+            .collect()
+    };
+    // Counts of k features, each class's own one the largest.
+    let counts = Mat::from_fn(n, k, |i, j| match j == y[i] {
+        true => (5 + i % 3) as f64,
+        false => ((i * 7 + j * 3) % 4) as f64,
+    });
+    let binary = counts.as_ref().map(|v| f64::from(*v > 2.5));
+    let mut cases: Vec<(String, Box<dyn GenerativeClassifier>, &Mat<f64>)> = Vec::new();
+    for s in structures() {
+        cases.push((format!("{s:?}"), Box::new(fit_gaussian(s, &x, &y, k)), &x));
+    }
+    let mnb = MultinomialNbParams::default().check().unwrap();
+    let bnb = BernoulliNbParams::default().check().unwrap();
+    cases.push((
+        "multinomial".into(),
+        Box::new(mnb.fit(counts.as_ref(), &y, k).unwrap()),
+        &counts,
+    ));
+    cases.push((
+        "Bernoulli".into(),
+        Box::new(bnb.fit(binary.as_ref(), &y, k).unwrap()),
+        &binary,
+    ));
+    for (name, m, x) in &cases {
+        let mut scores = Mat::<f64>::zeros(n, k);
+        m.log_joint_into(x.as_ref(), scores.as_mut(), model::Posterior::Scores)
+            .unwrap();
+        let want = argmax(&scores);
+        assert!(
+            (0..k).all(|c| want.contains(&c)),
+            "{name}: every class is predicted"
+        );
+        assert_eq!(
+            want,
+            argmax(&m.log_joint(x.as_ref()).unwrap()),
+            "{name}: joints"
+        );
+        assert_eq!(
+            want,
+            argmax(&m.predict_proba(x.as_ref()).unwrap()),
+            "{name}: posteriors"
+        );
+        // The shared covariances' scores are their linear discriminants.
+        if !name.starts_with("Tied") {
+            assert_eq!(
+                scores,
+                m.log_joint(x.as_ref()).unwrap(),
+                "{name}: scores are joints"
+            );
+        }
+        let rows = x.transpose().to_owned();
+        for threads in [1, 2] {
+            for (layout, view) in [("columns", x.as_ref()), ("rows", rows.transpose())] {
+                let got = on_threads(threads, || m.predict(view).unwrap());
+                assert_eq!(got, want, "{name}, {layout}, {threads} threads");
+            }
+        }
+        assert_eq!(
+            m.predict(x.as_ref().subrows(0, 0)).unwrap(),
+            Vec::<usize>::new()
+        );
+    }
+}
+
 #[test]
 fn serde_round_trips_exactly() {
     let (x, y, _) = load("wine");
@@ -1098,10 +1175,15 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
                         named(m.log_joint(xn.as_ref()).map(drop)),
                         "{s:?} ({row}, {col}) joint"
                     );
+                    assert!(
+                        named(m.predict(xn.as_ref()).map(drop)),
+                        "{s:?} ({row}, {col}) predict"
+                    );
                     let mut out = Mat::<f64>::zeros(n, 3);
                     for what in [
                         model::Posterior::Joint,
                         model::Posterior::JointLessShared,
+                        model::Posterior::Scores,
                         model::Posterior::LogProbability,
                         model::Posterior::Probability,
                     ] {
@@ -1221,10 +1303,12 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
                             format!("{name}, {bad} at ({row}, {col}), {layout}, {threads} threads");
                         assert!(named(m.predict_proba(view).map(drop)), "{at}: proba");
                         assert!(named(m.log_joint(view).map(drop)), "{at}: joint");
+                        assert!(named(m.predict(view).map(drop)), "{at}: predict");
                         let mut out = Mat::<f64>::zeros(n, k);
                         for what in [
                             model::Posterior::Joint,
                             model::Posterior::JointLessShared,
+                            model::Posterior::Scores,
                             model::Posterior::LogProbability,
                             model::Posterior::Probability,
                         ] {
