@@ -424,12 +424,20 @@ pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>)
 /// group. Why the dispatch: as a plain loop it was SSE2 code, which has no 64-bit comparison
 /// (three instructions per pair of labels), about an eighth of an LDA fit at d = 2, K = 2.
 pub fn group_counts(groups: &[usize], k: usize) -> Vec<usize> {
+    let mut counts = vec![0; k];
+    group_counts_into(groups, &mut counts);
+    counts
+}
+
+/// [`group_counts`] into `counts` (one per group, every value replaced), for a caller that keeps
+/// them on the stack.
+pub fn group_counts_into(groups: &[usize], counts: &mut [usize]) {
     pulp::Arch::new().dispatch(
         #[inline(always)]
         || {
-            (0..k)
-                .map(|g| groups.iter().map(|&l| usize::from(l == g)).sum())
-                .collect()
+            for (g, count) in counts.iter_mut().enumerate() {
+                *count = groups.iter().map(|&l| usize::from(l == g)).sum();
+            }
         },
     )
 }
@@ -810,16 +818,12 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         (false, _) => (8 / A).max(1),
     };
     // The output columns: (j, k) with its pair number, one per column j, or one per pair k ≤ j.
-    let outputs: Vec<(usize, usize)> = match term {
-        Term::Product => (0..d).flat_map(|j| (0..=j).map(move |c| (j, c))).collect(),
-        _ => (0..d).map(|j| (j, j)).collect(),
-    };
+    let outputs = (0..d).flat_map(|j| {
+        let first = if term == Term::Product { 0 } else { j };
+        (first..=j).map(move |c| (j, c))
+    });
     let mut scratch = Vec::new();
     let mut scratch_y = Vec::new();
-    let (mut totals, mut rest) = (vec![0.0; k], vec![0.0; k]);
-    let mut centers_x = vec![0.0; k];
-    let mut centers_y = vec![0.0; k];
-    let mut negative = false;
     let mut current = Vec::new();
     let shape = Shape {
         groups: &groups[..n],
@@ -828,13 +832,29 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         vectors,
         per_pass,
     };
+    // Each group's totals, the rows after the whole runs, and the centres in the two columns:
+    // on the stack for up to 16 groups (an allocation each per call showed in a fit at d = 2,
+    // which calls this twice per chunk).
+    // Not `block::with_small_buffer`: a closure here is compiled outside the dispatch's target
+    // features (the fits at d = 2 took 18 times as long).
+    let (mut on_stack, mut on_heap) = ([0.0; 64], Vec::new());
+    let small = if 4 * k <= on_stack.len() {
+        &mut on_stack[..4 * k]
+    } else {
+        on_heap.resize(4 * k, 0.0);
+        &mut on_heap[..]
+    };
+    let (totals, small) = small.split_at_mut(k);
+    let (rest, small) = small.split_at_mut(k);
+    let (centers_x, centers_y) = small.split_at_mut(k);
+    let mut negative = false;
     // Sums and counts are a chunk's first read. Their columns are read from memory four at a
     // time before they are summed ([`touch_columns`]); with many groups, where a column's sums
     // take about as long as its read, only the first four are, and each later column is asked
     // for while the one four before it is summed ([`READ_AHEAD_MIN_GROUPS`]).
     let first_read = term == Term::Value;
     let read_ahead = first_read && k >= READ_AHEAD_MIN_GROUPS;
-    for (p, &(j, jy)) in outputs.iter().enumerate() {
+    for (p, (j, jy)) in outputs.enumerate() {
         if first_read && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
             touch_columns(x, j, n);
         }
@@ -861,8 +881,8 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
             (col, col_y),
             ahead,
             &shape,
-            (&centers_x, &centers_y),
-            (&mut totals, &mut rest),
+            (&*centers_x, &*centers_y),
+            (&mut *totals, &mut *rest),
         );
         match &mut squares {
             None => {
@@ -887,8 +907,8 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                     (col, col),
                     &[],
                     &shape,
-                    (&centers_x, &centers_y),
-                    (&mut totals, &mut rest),
+                    (&*centers_x, &*centers_y),
+                    (&mut *totals, &mut *rest),
                 );
                 for g in 0..k {
                     squares[(g, p)] = 0.0 + totals[g];
@@ -1299,7 +1319,8 @@ mod tests {
             let (x, w) = data(n);
             // Two columns: the values and the weights (a different pattern).
             let m = faer::Mat::from_fn(n, 2, |i, j| if j == 0 { x[i] } else { w[i] });
-            for k in [1, 2, 3, 5, 8, 9, 10] {
+            // Above 16 groups the kernel's per-group vectors are on the heap, not the stack.
+            for k in [1, 2, 3, 5, 8, 9, 10, 16, 17, 23] {
                 let groups = group_ids(n, k);
                 let mut sums = faer::Mat::from_fn(k, 2, |g, j| (g + 3 * j) as f64);
                 let negative = grouped_sums(m.as_ref(), &groups, sums.as_mut());
@@ -1498,7 +1519,7 @@ mod tests {
                 _ => x[i] * w[i],
             });
             let row_major = col_major.transpose().to_owned();
-            for k in [1, 2, 3, 9, 10] {
+            for k in [1, 2, 3, 9, 10, 17] {
                 let groups = group_ids(n, k);
                 let counts: Vec<usize> = (0..k)
                     .map(|g| groups.iter().filter(|&&h| h == g).count())
