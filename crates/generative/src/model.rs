@@ -351,10 +351,23 @@ pub trait GenerativeClassifier: Send + Sync {
         Ok(runs.concat())
     }
 
-    /// Marginal log-likelihood Σ_i ln Σ_k p(x_i, k).
+    /// Marginal log-likelihood Σ_i ln Σ_k p(x_i, k), summed over the rows in order. Each
+    /// chunk's joints are taken in a worker's own buffer and reduced to their rows' terms there,
+    /// as `predict` does, so no n × K output is written.
     fn log_likelihood(&self, x: MatRef<'_, f64>) -> Result<f64> {
-        let lj = self.log_joint(x)?;
-        Ok(row_log_sum_exp(lj.as_ref()).iter().sum())
+        let terms = log_joint_pass_fold(
+            self,
+            x,
+            None,
+            Posterior::Joint,
+            true,
+            // Runs of one chunk: each chunk's terms on their own, in order (nothing to fold).
+            1,
+            || (),
+            |_, _, _, chunk| row_log_sum_exp(chunk.as_ref()),
+            |_, _| {},
+        )?;
+        Ok(terms.iter().flatten().sum())
     }
 }
 

@@ -582,6 +582,32 @@ fn predict_is_the_argmax_of_the_posterior_scores_over_chunks_and_threads() {
     }
 }
 
+/// `log_likelihood` reduces each chunk's joints in a worker's buffer: over several chunks, on
+/// one and two threads and in both layouts, it must be the sum, in row order, of every row's
+/// log-sum-exp of the n × K joints.
+#[test]
+fn log_likelihood_is_the_sum_of_the_rows_terms_over_chunks_and_threads() {
+    let (n, d, k) = (2 * 4096 + 100, 3, 4);
+    let (x, y) = gaussian_data(n, d, k, 41);
+    let rows = x.transpose().to_owned();
+    for s in structures() {
+        let m = fit_gaussian(s, &x, &y, k);
+        let joints = m.log_joint(x.as_ref()).unwrap();
+        let want: f64 = model::row_log_sum_exp(joints.as_ref()).iter().sum();
+        for threads in [1, 2] {
+            for view in [x.as_ref(), rows.transpose()] {
+                let got = on_threads(threads, || m.log_likelihood(view).unwrap());
+                assert_eq!(got.to_bits(), want.to_bits(), "{s:?}, {threads} threads");
+            }
+        }
+        let first: f64 = model::row_log_sum_exp(joints.as_ref().subrows(0, 4096))
+            .iter()
+            .sum();
+        let got = m.log_likelihood(x.as_ref().subrows(0, 4096)).unwrap();
+        assert_eq!(got.to_bits(), first.to_bits(), "{s:?}, one chunk");
+    }
+}
+
 #[test]
 fn serde_round_trips_exactly() {
     let (x, y, _) = load("wine");
