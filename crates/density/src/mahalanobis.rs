@@ -67,29 +67,22 @@ pub fn gaussian_log_densities(
     debug_assert_eq!(means.len(), k * d);
     debug_assert_eq!(factors.len(), k * d * d);
     debug_assert!(out.nrows() == x.nrows() && out.ncols() == k);
-    let strict = d * d.saturating_sub(1) / 2;
-    let mut packed = Vec::with_capacity(k * strict);
-    let mut inv_diag = Vec::with_capacity(k * d);
+    let (mut packed, mut inv_diag) = (Vec::new(), Vec::new());
     for l in factors.chunks_exact(d * d).take(k) {
         let l = MatRef::from_column_major_slice(l, d, d);
-        for j in 0..d {
-            for t in 0..j {
-                packed.push(l[(j, t)]);
-            }
-        }
-        inv_diag.extend((0..d).map(|j| 1.0 / l[(j, j)]));
+        pack_factor(l, &mut packed, &mut inv_diag);
     }
-    pulp::Arch::new().dispatch(ClassesKernel {
+    pulp::Arch::new().dispatch(ByBlocks(ClassesKernel {
         x,
         means,
         packed: &packed,
         inv_diag: &inv_diag,
         log_norms,
         out,
-    });
+    }));
 }
 
-/// [`gaussian_log_densities`]' loop as one [`pulp::WithSimd`] operation (see [`Kernel`]).
+/// [`gaussian_log_densities`]' loop ([`ByBlocks`]).
 struct ClassesKernel<'a> {
     x: MatRef<'a, f64>,
     means: &'a [f64],
@@ -101,20 +94,7 @@ struct ClassesKernel<'a> {
     out: MatMut<'a, f64>,
 }
 
-impl pulp::WithSimd for ClassesKernel<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, simd: S) {
-        if S::REGISTER_COUNT >= 32 {
-            self.run::<S, 8>(simd);
-        } else {
-            self.run::<S, 4>(simd);
-        }
-    }
-}
-
-impl ClassesKernel<'_> {
+impl BlockedKernel for ClassesKernel<'_> {
     #[inline(always)]
     fn run<S: pulp::Simd, const V: usize>(mut self, simd: S) {
         let rows = V * S::F64_LANES;
@@ -200,16 +180,9 @@ fn run_kernel(
     debug_assert_eq!(mean.len(), d);
     debug_assert_eq!(out.len(), x.nrows());
     debug_assert!(chol_lower.nrows() == d && chol_lower.ncols() == d);
-    // Row j of the strict lower triangle, rows one after another: the substitution for column j
-    // reads L_j0 … L_j,j−1 in order.
-    let mut packed = Vec::with_capacity(d * d.saturating_sub(1) / 2);
-    for j in 0..d {
-        for k in 0..j {
-            packed.push(chol_lower[(j, k)]);
-        }
-    }
-    let inv_diag: Vec<f64> = (0..d).map(|j| 1.0 / chol_lower[(j, j)]).collect();
-    pulp::Arch::new().dispatch(Kernel {
+    let (mut packed, mut inv_diag) = (Vec::new(), Vec::new());
+    pack_factor(chol_lower, &mut packed, &mut inv_diag);
+    pulp::Arch::new().dispatch(ByBlocks(Kernel {
         x,
         mean,
         packed: &packed,
@@ -218,12 +191,45 @@ fn run_kernel(
         offset,
         out,
         whitened,
-    });
+    }));
 }
 
-/// The whole loop as one [`pulp::WithSimd`] operation, compiled inside pulp's target-feature
-/// function for each instruction set. (A closure this large was not inlined there and ran as
-/// baseline SSE2; plain arrays were split by the vectoriser into three vectors and four scalars.)
+/// Appends the strict lower triangle of `L` to `packed`, row j after row j − 1 (the
+/// substitution for column j reads L_j0 … L_j,j−1 in order), and each `1 / L_jj` to `inv_diag`.
+fn pack_factor(l: MatRef<'_, f64>, packed: &mut Vec<f64>, inv_diag: &mut Vec<f64>) {
+    let d = l.nrows();
+    for j in 0..d {
+        packed.extend((0..j).map(|t| l[(j, t)]));
+    }
+    inv_diag.extend((0..d).map(|j| 1.0 / l[(j, j)]));
+}
+
+/// A kernel over blocks of `V` SIMD vectors of rows.
+trait BlockedKernel {
+    fn run<S: pulp::Simd, const V: usize>(self, simd: S);
+}
+
+/// Runs a [`BlockedKernel`] as one [`pulp::WithSimd`] operation, compiled inside pulp's
+/// target-feature function for each instruction set (a closure this large was not inlined there
+/// and ran as baseline SSE2; plain arrays were split by the vectoriser into three vectors and
+/// four scalars), with 8 vectors of rows per block where there are 32 registers, else 4: 2·V
+/// accumulator chains must fit in the registers.
+struct ByBlocks<K>(K);
+
+impl<K: BlockedKernel> pulp::WithSimd for ByBlocks<K> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, simd: S) {
+        if S::REGISTER_COUNT >= 32 {
+            self.0.run::<S, 8>(simd);
+        } else {
+            self.0.run::<S, 4>(simd);
+        }
+    }
+}
+
+/// [`run_kernel`]'s loop ([`ByBlocks`]).
 struct Kernel<'a> {
     x: MatRef<'a, f64>,
     mean: &'a [f64],
@@ -236,21 +242,7 @@ struct Kernel<'a> {
     whitened: Option<&'a mut [f64]>,
 }
 
-impl pulp::WithSimd for Kernel<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, simd: S) {
-        // Vectors of rows per block: 2·V accumulator chains must fit in the registers.
-        if S::REGISTER_COUNT >= 32 {
-            self.run::<S, 8>(simd);
-        } else {
-            self.run::<S, 4>(simd);
-        }
-    }
-}
-
-impl Kernel<'_> {
+impl BlockedKernel for Kernel<'_> {
     #[inline(always)]
     fn run<S: pulp::Simd, const V: usize>(mut self, simd: S) {
         let rows = V * S::F64_LANES;

@@ -336,39 +336,45 @@ pub trait GenerativeClassifier: Send + Sync {
     /// is written. Why: through the n × K log joints and a serial argmax, LDA's `predict` took
     /// 0.142 s at n = 1e6, d = 64, K = 10 against 0.047 s for its `predict_proba`.
     fn predict(&self, x: MatRef<'_, f64>) -> Result<Vec<usize>> {
-        let runs = log_joint_pass_fold(
-            self,
-            x,
-            None,
-            Posterior::Scores,
-            true,
-            // Runs of one chunk: each chunk's classes on their own, in order (nothing to fold).
-            1,
-            || (),
-            |_, _, _, chunk| argmax_rows(chunk.as_ref()),
-            |_, _| {},
-        )?;
-        Ok(runs.concat())
+        let classes = map_scored_chunks(self, x, Posterior::Scores, argmax_rows)?;
+        Ok(classes.concat())
     }
 
     /// Marginal log-likelihood Σ_i ln Σ_k p(x_i, k), summed over the rows in order. Each
     /// chunk's joints are taken in a worker's own buffer and reduced to their rows' terms there,
     /// as `predict` does, so no n × K output is written.
     fn log_likelihood(&self, x: MatRef<'_, f64>) -> Result<f64> {
-        let terms = log_joint_pass_fold(
-            self,
-            x,
-            None,
-            Posterior::Joint,
-            true,
-            // Runs of one chunk: each chunk's terms on their own, in order (nothing to fold).
-            1,
-            || (),
-            |_, _, _, chunk| row_log_sum_exp(chunk.as_ref()),
-            |_, _| {},
-        )?;
+        let terms = map_scored_chunks(self, x, Posterior::Joint, row_log_sum_exp)?;
         Ok(terms.iter().flatten().sum())
     }
+}
+
+/// `f` of each chunk's `what` (a checked pass, chunks of [`CHUNK_ROWS`] rows), in chunk order:
+/// each chunk is written into a buffer its worker reuses and reduced while in cache, so no
+/// n × K output is written ([`log_joint_pass_fold`] without one, in runs of one chunk).
+fn map_scored_chunks<M, T, F>(
+    model: &M,
+    x: MatRef<'_, f64>,
+    what: Posterior,
+    f: F,
+) -> Result<Vec<T>>
+where
+    M: GenerativeClassifier + ?Sized,
+    T: Send,
+    F: Fn(MatRef<'_, f64>) -> T + Sync,
+{
+    log_joint_pass_fold(
+        model,
+        x,
+        None,
+        what,
+        true,
+        // Runs of one chunk: each chunk's result on its own (there is nothing to fold).
+        1,
+        || (),
+        |_, _, _, chunk| f(chunk.as_ref()),
+        |_, _| {},
+    )
 }
 
 /// The pass of [`GenerativeClassifier::log_joint_into`] (or its `_prechecked` form, without
