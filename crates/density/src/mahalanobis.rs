@@ -127,11 +127,17 @@ impl BlockedKernel for ClassesKernel<'_> {
                         *o = simd.sub_f64s(v, m);
                     }
                 }
+                // A whole block goes straight into a contiguous column; any other through
+                // `norms`.
                 let mut col = self.out.as_mut().col_mut(c).subrows_mut(r0, len);
-                let whole = len == rows;
-                let target: &mut [f64] = match col.as_mut().try_as_col_major_mut() {
-                    Some(slice) if whole => slice.as_slice_mut(),
-                    _ => &mut norms[..],
+                let direct = match len == rows {
+                    true => col.as_mut().try_as_col_major_mut(),
+                    false => None,
+                };
+                let copied = direct.is_none();
+                let target: &mut [f64] = match direct {
+                    Some(slice) => slice.as_slice_mut(),
+                    None => &mut norms[..],
                 };
                 substitute::<S, V>(
                     simd,
@@ -143,7 +149,7 @@ impl BlockedKernel for ClassesKernel<'_> {
                     S::as_mut_simd_f64s(done).0,
                     target,
                 );
-                if !(whole && col.as_mut().try_as_col_major_mut().is_some()) {
+                if copied {
                     for (t, v) in norms[..len].iter().enumerate() {
                         col[t] = *v;
                     }
