@@ -293,18 +293,42 @@ pub fn gather_rows<'a>(
     MatRef::from_column_major_slice(&out[..], m, d)
 }
 
-/// Most values [`with_small_buffer`] keeps on the stack.
+/// Most values a [`SmallBuffer`] keeps on the stack.
 const SMALL_BUFFER: usize = 64;
 
-/// `f` on `len` zeros: on the stack up to 64 of them, else in a new vector. For the short
-/// vectors of a merge of statistics, where an allocation per merge showed at small d (a fit
-/// at d = 2, K = 10 merges ten classes per chunk).
-#[inline(always)]
-pub fn with_small_buffer<R>(len: usize, f: impl FnOnce(&mut [f64]) -> R) -> R {
-    if len <= SMALL_BUFFER {
-        f(&mut [0.0; SMALL_BUFFER][..len])
-    } else {
-        f(&mut vec![0.0; len])
+/// Room for a few values: on the stack up to 64 of them, else in a vector. For the short
+/// vectors of a merge of statistics and of the grouped kernels, where an allocation per call
+/// showed at small d (a fit at d = 2, K = 10 merges ten classes per chunk). A value rather
+/// than a closure: a closure inside a SIMD dispatch is compiled outside its target features
+/// (the grouped kernels' fits at d = 2 took 18 times as long that way).
+#[derive(Debug)]
+pub struct SmallBuffer {
+    stack: [f64; SMALL_BUFFER],
+    heap: Vec<f64>,
+}
+
+impl Default for SmallBuffer {
+    fn default() -> Self {
+        Self {
+            stack: [0.0; SMALL_BUFFER],
+            heap: Vec::new(),
+        }
+    }
+}
+
+impl SmallBuffer {
+    /// `len` zeros, on the stack when they fit.
+    #[inline(always)]
+    pub fn zeros(&mut self, len: usize) -> &mut [f64] {
+        if len <= SMALL_BUFFER {
+            let room = &mut self.stack[..len];
+            room.fill(0.0);
+            room
+        } else {
+            self.heap.clear();
+            self.heap.resize(len, 0.0);
+            &mut self.heap
+        }
     }
 }
 

@@ -835,15 +835,8 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     // Each group's totals, the rows after the whole runs, and the centres in the two columns:
     // on the stack for up to 16 groups (an allocation each per call showed in a fit at d = 2,
     // which calls this twice per chunk).
-    // Not `block::with_small_buffer`: a closure here is compiled outside the dispatch's target
-    // features (the fits at d = 2 took 18 times as long).
-    let (mut on_stack, mut on_heap) = ([0.0; 64], Vec::new());
-    let small = if 4 * k <= on_stack.len() {
-        &mut on_stack[..4 * k]
-    } else {
-        on_heap.resize(4 * k, 0.0);
-        &mut on_heap[..]
-    };
+    let mut room = crate::block::SmallBuffer::default();
+    let small = room.zeros(4 * k);
     let (totals, small) = small.split_at_mut(k);
     let (rest, small) = small.split_at_mut(k);
     let (centers_x, centers_y) = small.split_at_mut(k);

@@ -435,16 +435,8 @@ impl Mergeable for SufficientStats {
         let d = self.mean.len();
         let total = self.weight + other.weight;
         // δ and its scaled copy on the stack at small d.
-        crate::block::with_small_buffer(2 * d, |room| self.merge_moments(other, total, room));
-    }
-}
-
-impl SufficientStats {
-    /// [`Mergeable::merge`] past its early returns, with `room` for δ and its scaled copy
-    /// (2d values).
-    fn merge_moments(&mut self, other: &Self, total: f64, room: &mut [f64]) {
-        let d = self.mean.len();
-        let (delta, scaled) = room.split_at_mut(d);
+        let mut room = crate::block::SmallBuffer::default();
+        let (delta, scaled) = room.zeros(2 * d).split_at_mut(d);
         delta
             .iter_mut()
             .zip(other.mean.iter().zip(&self.mean))

@@ -231,7 +231,7 @@ fn by_masks(k: usize, d: usize) -> bool {
 /// none: finite values whose sum overflowed, which go on as before). This saves a whole pass
 /// over a chunk that is usually read from memory for the first time here.
 ///
-/// Into `counts` (k) and `means` (k × d, column-major), which the masked path keeps on the
+/// Into `counts` (k) and `means` (k × d, row by row), which the masked path keeps on the
 /// stack: its chunks' allocations (counts, sums, means, products) had 114 of 3,491 samples
 /// (3.3%) of 200 of LDA's fits at d = 2, K = 2 (`perf --call-graph dwarf`, the data's generation
 /// included).
@@ -244,17 +244,10 @@ fn checked_class_counts_and_means(
     let (k, d) = (counts.len(), chunk.x.ncols());
     density::moments::group_counts_into(labels, counts);
     means.fill(0.0);
-    let mut sums = MatMut::from_column_major_slice_mut(means, k, d);
+    let mut sums = MatMut::from_row_major_slice_mut(means, k, d);
     density::moments::grouped_sums(chunk.x, labels, sums.as_mut());
     check_through_sums(chunk, sums.as_ref())?;
-    for (c, &n) in counts.iter().enumerate() {
-        for j in 0..d {
-            sums[(c, j)] = match n {
-                0 => 0.0,
-                n => sums[(c, j)] / n as f64,
-            };
-        }
-    }
+    divide_by_counts(sums, counts);
     Ok(())
 }
 
@@ -267,12 +260,16 @@ fn check_through_sums(chunk: &Chunk<'_>, sums: MatRef<'_, f64>) -> Result<()> {
     }
 }
 
-/// Class means from class sums (0 for an empty class).
-fn class_means(sums: &Mat<f64>, counts: &[usize]) -> Mat<f64> {
-    Mat::from_fn(sums.nrows(), sums.ncols(), |c, j| match counts[c] {
-        0 => 0.0,
-        n => sums[(c, j)] / n as f64,
-    })
+/// Class means from class sums, in place (0 for an empty class).
+fn divide_by_counts(mut sums: MatMut<'_, f64>, counts: &[usize]) {
+    for (c, &n) in counts.iter().enumerate() {
+        for j in 0..sums.ncols() {
+            sums[(c, j)] = match n {
+                0 => 0.0,
+                n => sums[(c, j)] / n as f64,
+            };
+        }
+    }
 }
 
 /// Whether a soft M-step of a shared full covariance takes one pooled scatter
@@ -305,17 +302,18 @@ fn full_class_stats(
     let (mut counts, mut means) = ([0; MASKED_MAX_CLASSES], [0.0; MASKED_MAX_PRODUCTS]);
     let (counts, means) = (&mut counts[..k], &mut means[..k * d]);
     checked_class_counts_and_means(chunk, labels, counts, means)?;
-    let means = MatRef::from_column_major_slice(means, k, d);
+    let means = &*means;
+    // Each class's packed products, row by row as its mean (by_masks keeps them few).
     let products = d * (d + 1) / 2;
     let mut lower = [0.0; MASKED_MAX_PRODUCTS];
     let lower = &mut lower[..k * products];
     density::moments::grouped_cross_products(
         x,
         labels,
-        means,
-        MatMut::from_column_major_slice_mut(lower, k, products),
+        MatRef::from_row_major_slice(means, k, d),
+        MatMut::from_row_major_slice_mut(lower, k, products),
     );
-    let lower = MatRef::from_column_major_slice(lower, k, products);
+    let lower = &*lower;
     if pooled {
         // from_classes: each class's weight and mean (zeros for an empty class) and the sum of
         // the class scatters in class order, an empty class's zeros included.
@@ -324,13 +322,16 @@ fn full_class_stats(
         for c in 0..k {
             let live = counts[c] > 0;
             stats.weights[c] = counts[c] as f64;
-            for (j, m) in stats.means[c * d..(c + 1) * d].iter_mut().enumerate() {
-                *m = if live { means[(c, j)] } else { 0.0 };
+            for (m, &v) in stats.means[c * d..(c + 1) * d]
+                .iter_mut()
+                .zip(&means[c * d..])
+            {
+                *m = if live { v } else { 0.0 };
             }
             for j in 0..d {
                 for i in 0..=j {
                     let v = if live {
-                        lower[(c, j * (j + 1) / 2 + i)]
+                        lower[c * products + j * (j + 1) / 2 + i]
                     } else {
                         0.0
                     };
@@ -343,19 +344,12 @@ fn full_class_stats(
         }
         return Ok(ChunkStats::Pooled(stats));
     }
-    // Each class's packed products and mean, contiguous (by_masks keeps them few).
-    let mut packed = [0.0; MASKED_MAX_PRODUCTS];
-    let mut mean = [0.0; MASKED_MAX_PRODUCTS];
-    let (packed, mean) = (&mut packed[..products], &mut mean[..d]);
     let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Full);
     for (c, class) in classes.iter_mut().enumerate() {
-        packed
-            .iter_mut()
-            .zip(lower.row(c).iter())
-            .for_each(|(p, &v)| *p = v);
-        mean.iter_mut()
-            .zip(means.row(c).iter())
-            .for_each(|(m, &v)| *m = v);
+        let (mean, packed) = (
+            &means[c * d..(c + 1) * d],
+            &lower[c * products..][..products],
+        );
         class.set_full_packed(counts[c] as f64, mean, packed);
     }
     Ok(ChunkStats::Classes(classes))
@@ -372,21 +366,22 @@ fn diagonal_class_stats(
 ) -> Result<Vec<SufficientStats>> {
     let (x, d) = (chunk.x, chunk.x.ncols());
     let counts = group_counts(labels, k);
-    let (mut sums, mut scatter) = (Mat::zeros(k, d), Mat::zeros(k, d));
-    density::moments::grouped_sums_and_squares(x, labels, &counts, sums.as_mut(), scatter.as_mut());
+    // Class by class, row by row, so that each class's values are one slice.
+    let (mut means, mut scatter) = (vec![0.0; k * d], vec![0.0; k * d]);
+    let mut sums = MatMut::from_row_major_slice_mut(&mut means, k, d);
+    density::moments::grouped_sums_and_squares(
+        x,
+        labels,
+        &counts,
+        sums.as_mut(),
+        MatMut::from_row_major_slice_mut(&mut scatter, k, d),
+    );
     check_through_sums(chunk, sums.as_ref())?;
-    let means = class_means(&sums, &counts);
-    let (mut mean, mut squares) = (vec![0.0; d], vec![0.0; d]);
+    divide_by_counts(sums, &counts);
     let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Diagonal);
     for (c, class) in classes.iter_mut().enumerate() {
-        mean.iter_mut()
-            .zip(means.row(c).iter())
-            .for_each(|(m, &v)| *m = v);
-        squares
-            .iter_mut()
-            .zip(scatter.row(c).iter())
-            .for_each(|(s, &v)| *s = v);
-        class.set_diagonal_parts(counts[c] as f64, &mean, &squares);
+        let range = c * d..(c + 1) * d;
+        class.set_diagonal_parts(counts[c] as f64, &means[range.clone()], &scatter[range]);
     }
     Ok(classes)
 }
@@ -500,37 +495,37 @@ impl PooledStats {
             .zip(&other.within)
             .for_each(|(w, v)| *w += v);
         // δ on the stack at small d.
-        density::block::with_small_buffer(d, |delta| {
-            for (c, &wb) in other.weights.iter().enumerate() {
-                let wa = self.weights[c];
-                if wb <= 0.0 {
-                    continue;
-                }
-                let mean = &mut self.means[c * d..(c + 1) * d];
-                if wa <= 0.0 {
-                    mean.copy_from_slice(&other.means[c * d..(c + 1) * d]);
-                    self.weights[c] = wb;
-                    continue;
-                }
-                let total = wa + wb;
-                let ratio = wb / total;
-                delta
-                    .iter_mut()
-                    .zip(other.means[c * d..].iter().zip(mean.iter()))
-                    .for_each(|(dl, (b, a))| *dl = b - a);
-                mean.iter_mut()
-                    .zip(delta.iter())
-                    .for_each(|(m, dl)| *m += dl * ratio);
-                let scale = wa * ratio;
-                for (col, dj) in self.within.chunks_exact_mut(d).zip(delta.iter()) {
-                    let s = scale * dj;
-                    col.iter_mut()
-                        .zip(delta.iter())
-                        .for_each(|(v, di)| *v += s * di);
-                }
-                self.weights[c] = total;
+        let mut room = density::block::SmallBuffer::default();
+        let delta = room.zeros(d);
+        for (c, &wb) in other.weights.iter().enumerate() {
+            let wa = self.weights[c];
+            if wb <= 0.0 {
+                continue;
             }
-        });
+            let mean = &mut self.means[c * d..(c + 1) * d];
+            if wa <= 0.0 {
+                mean.copy_from_slice(&other.means[c * d..(c + 1) * d]);
+                self.weights[c] = wb;
+                continue;
+            }
+            let total = wa + wb;
+            let ratio = wb / total;
+            delta
+                .iter_mut()
+                .zip(other.means[c * d..].iter().zip(mean.iter()))
+                .for_each(|(dl, (b, a))| *dl = b - a);
+            mean.iter_mut()
+                .zip(delta.iter())
+                .for_each(|(m, dl)| *m += dl * ratio);
+            let scale = wa * ratio;
+            for (col, dj) in self.within.chunks_exact_mut(d).zip(delta.iter()) {
+                let s = scale * dj;
+                col.iter_mut()
+                    .zip(delta.iter())
+                    .for_each(|(v, di)| *v += s * di);
+            }
+            self.weights[c] = total;
+        }
     }
 
     /// The chunks' statistics together, taken in chunk order: each class's total weight and mean
@@ -715,15 +710,17 @@ impl Checked<GaussianParams> {
             && centring_by_group_pays(k)
         {
             let counts = group_counts(labels, k);
-            let mut sums = Mat::zeros(k, d);
+            // The class sums row by row, so that their means are `PooledStats::means`.
+            let mut means = vec![0.0; k * d];
+            let mut sums = MatMut::from_row_major_slice_mut(&mut means, k, d);
             row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
             check_through_sums(&chunk, sums.as_ref())?;
-            let means = class_means(&sums, &counts);
+            divide_by_counts(sums, &counts);
             let mut within = vec![0.0; d * d];
             row_block.centred_scatter(&mut within, buffer);
             return Ok(ChunkStats::Pooled(PooledStats {
                 weights: counts.iter().map(|&c| c as f64).collect(),
-                means: (0..k).flat_map(|c| means.row(c).iter().copied()).collect(),
+                means,
                 within,
             }));
         }

@@ -888,6 +888,14 @@ struct ArgmaxRows<'a> {
     index: &'a mut [usize],
 }
 
+/// A row's best value `v` and its column `a` become `e` and `j` when `e` is strictly greater.
+#[inline(always)]
+fn take_greater(v: &mut f64, a: &mut u64, e: f64, j: usize) {
+    if e > *v {
+        (*v, *a) = (e, j as u64);
+    }
+}
+
 impl pulp::WithSimd for ArgmaxRows<'_> {
     type Output = ();
 
@@ -910,10 +918,7 @@ impl pulp::WithSimd for ArgmaxRows<'_> {
             for j in 1..k {
                 let Some(col) = block.col(j).try_as_col_major() else {
                     for (i, (v, a)) in best.iter_mut().zip(at.iter_mut()).enumerate() {
-                        let e = block[(i, j)];
-                        if e > *v {
-                            (*v, *a) = (e, j as u64);
-                        }
+                        take_greater(v, a, block[(i, j)], j);
                     }
                     continue;
                 };
@@ -927,9 +932,7 @@ impl pulp::WithSimd for ArgmaxRows<'_> {
                     *a = simd.select_u64s(greater, jv, *a);
                 }
                 for ((v, a), &e) in best_tail.iter_mut().zip(at_tail.iter_mut()).zip(col_tail) {
-                    if e > *v {
-                        (*v, *a) = (e, j as u64);
-                    }
+                    take_greater(v, a, e, j);
                 }
             }
             for (o, &a) in index.iter_mut().zip(at.iter()) {
