@@ -847,8 +847,25 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     // for while the one four before it is summed ([`READ_AHEAD_MIN_GROUPS`]).
     let first_read = term == Term::Value;
     let read_ahead = first_read && k >= READ_AHEAD_MIN_GROUPS;
+    // With one or two groups, the first read of four columns is their sums, all four read
+    // together ([`group_pass_columns`]) instead of touched first and then summed one by one
+    // from L2; `read_together[c]` holds column j + c's totals over the whole runs.
+    let sums_read_together =
+        first_read && S::REGISTER_COUNT >= 32 && k * A * TOUCHED_COLUMNS <= 16 && whole > 0;
+    let mut read_together = [[0.0; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS];
+    let mut have_read_together = false;
     for (p, (j, jy)) in outputs.enumerate() {
-        if first_read && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
+        if sums_read_together && j % TOUCHED_COLUMNS == 0 {
+            let last = (j + TOUCHED_COLUMNS).min(d);
+            let columns = crate::block::contiguous_columns(x, j..last);
+            have_read_together = columns.is_some();
+            if let Some(columns) = columns {
+                negative |=
+                    sums_read_together_for::<S, A>(simd, k, &columns, &shape, &mut read_together);
+            }
+        }
+        let together = have_read_together.then(|| &read_together[j % TOUCHED_COLUMNS][..k]);
+        if first_read && together.is_none() && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
             touch_columns(x, j, n);
         }
         let ahead = match read_ahead && j + TOUCHED_COLUMNS < d {
@@ -875,6 +892,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
             ahead,
             &shape,
             (&*centers_x, &*centers_y),
+            together,
             (&mut *totals, &mut *rest),
         );
         match &mut squares {
@@ -901,6 +919,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                     &[],
                     &shape,
                     (&*centers_x, &*centers_y),
+                    None,
                     (&mut *totals, &mut *rest),
                 );
                 for g in 0..k {
@@ -929,9 +948,11 @@ struct Shape<'a, M> {
 }
 
 /// Each group's total of `term` over one column (two for a product), into `totals`: the
-/// 16 partial sums of its whole runs of 16 rows combined in a fixed tree, then the rows after
-/// the last whole 16, in order (summed in `rest`, k long). Returns whether a value is below zero
-/// (sums) or not finite (counts above).
+/// 16 partial sums of its whole runs of 16 rows combined in a fixed tree (or `whole_runs`, those
+/// totals already taken, by [`group_pass_columns`]), then the rows after the last whole 16, in
+/// order (summed in `rest`, k long). Returns whether a value is below zero (sums) or not finite
+/// (counts above); with `whole_runs`, of the rows after the whole runs only.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn column_totals<S: Simd, const A: usize>(
     simd: S,
@@ -940,6 +961,7 @@ fn column_totals<S: Simd, const A: usize>(
     ahead: &[f64],
     shape: &Shape<'_, S::m64s>,
     (centers_x, centers_y): (&[f64], &[f64]),
+    whole_runs: Option<&[f64]>,
     (totals, rest): (&mut [f64], &mut [f64]),
 ) -> bool {
     let k = totals.len();
@@ -947,7 +969,13 @@ fn column_totals<S: Simd, const A: usize>(
     let (xv, _) = S::as_simd_f64s(&col[..whole]);
     let (yv, _) = S::as_simd_f64s(&col_y[..whole]);
     let mut negative = false;
-    let mut first = 0;
+    let mut first = match whole_runs {
+        Some(t) => {
+            totals.copy_from_slice(t);
+            k
+        }
+        None => 0,
+    };
     while first < k {
         let count = (k - first).min(shape.per_pass);
         let masks = &shape.masks[first * vectors..(first + count) * vectors];
@@ -1051,6 +1079,76 @@ pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
 
 /// Most groups one pass over a column sums ([`group_pass_for`]).
 const MAX_GROUPS_PER_PASS: usize = 10;
+
+/// [`group_pass_columns`] for `k` (1 or 2) groups and 1 to [`TOUCHED_COLUMNS`] columns, each
+/// column's totals over the whole runs into `out[c][..k]`. Returns whether a value is below zero.
+#[inline(always)]
+fn sums_read_together_for<S: Simd, const A: usize>(
+    simd: S,
+    k: usize,
+    columns: &[&[f64]],
+    shape: &Shape<'_, S::m64s>,
+    out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
+) -> bool {
+    let whole = shape.whole;
+    let masks = &shape.masks[..k * shape.vectors];
+    let v = |c: usize| S::as_simd_f64s(&columns[c][..whole]).0;
+    match (k, columns.len()) {
+        (1, 1) => group_pass_columns::<S, A, 1, 1>(simd, [v(0)], masks, out),
+        (1, 2) => group_pass_columns::<S, A, 1, 2>(simd, [v(0), v(1)], masks, out),
+        (1, 3) => group_pass_columns::<S, A, 1, 3>(simd, [v(0), v(1), v(2)], masks, out),
+        (1, _) => group_pass_columns::<S, A, 1, 4>(simd, [v(0), v(1), v(2), v(3)], masks, out),
+        (_, 1) => group_pass_columns::<S, A, 2, 1>(simd, [v(0)], masks, out),
+        (_, 2) => group_pass_columns::<S, A, 2, 2>(simd, [v(0), v(1)], masks, out),
+        (_, 3) => group_pass_columns::<S, A, 2, 3>(simd, [v(0), v(1), v(2)], masks, out),
+        _ => group_pass_columns::<S, A, 2, 4>(simd, [v(0), v(1), v(2), v(3)], masks, out),
+    }
+}
+
+/// [`group_pass`]'s sums (`TERM` 0) of `C` columns in one pass over all of them: a chunk's
+/// first read, with `C` streams from memory in flight, as [`touch_columns`] has, and the
+/// sums taken as the lines arrive rather than from L2 afterwards. Each column's group sums
+/// run in [`group_pass`]'s order (vector a of each run of `A` into accumulator a, the same
+/// tree), so they have its bits. `C · G · A` accumulators stay in registers (16 at most).
+#[inline(always)]
+fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
+    simd: S,
+    columns: [&[S::f64s]; C],
+    masks: &[S::m64s],
+    out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
+) -> bool {
+    let zero = simd.splat_f64s(0.0);
+    let vectors = columns[0].len();
+    let by_group: [&[S::m64s]; G] = std::array::from_fn(|g| &masks[g * vectors..][..vectors]);
+    let runs: [_; C] = std::array::from_fn(|c| columns[c][..vectors].chunks_exact(A));
+    let mut acc = [[[zero; A]; G]; C];
+    let mut negative = simd.less_than_f64s(zero, zero);
+    let mut runs = runs;
+    for b in 0..vectors / A {
+        let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
+        for (c, run) in runs.iter_mut().enumerate() {
+            let Some(xb) = run.next() else {
+                break;
+            };
+            for a in 0..A {
+                let v = xb[a];
+                negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
+                for g in 0..G {
+                    acc[c][g][a] = simd.add_f64s(acc[c][g][a], simd.select_f64s(mb[g][a], v, zero));
+                }
+            }
+        }
+    }
+    for c in 0..C {
+        for g in 0..G {
+            let mut partial = [0.0f64; GROUP_PARTIAL_SUMS];
+            let (pv, _) = S::as_mut_simd_f64s(&mut partial);
+            pv[..A].copy_from_slice(&acc[c][g]);
+            out[c][g] = fold_pairwise(&mut partial);
+        }
+    }
+    simd.first_true_m64s(negative) < S::F64_LANES
+}
 
 /// [`group_pass`] for `count` (1 to [`MAX_GROUPS_PER_PASS`]) groups.
 #[inline(always)]
@@ -1382,6 +1480,28 @@ mod tests {
         }
     }
 
+    /// The flag sees a negative value in any column of those read together, and in the column
+    /// after them, in the whole runs and in the tail.
+    #[test]
+    fn grouped_sums_flag_a_negative_in_any_column() {
+        for k in [1, 2, 3] {
+            for column in 0..5 {
+                for row in [3, 18, 33] {
+                    let mut m = faer::Mat::from_fn(34, 5, |i, j| (i + j) as f64);
+                    m[(row, column)] = -1.0;
+                    let groups: Vec<usize> = (0..34).map(|i| i % k).collect();
+                    let mut sums = faer::Mat::zeros(k, 5);
+                    let got = grouped_sums(m.as_ref(), &groups, sums.as_mut());
+                    assert!(got, "k = {k}, -1 in column {column}, row {row}");
+                    let want = (0..34)
+                        .filter(|&i| i % k == row % k)
+                        .map(|i| m[(i, column)]);
+                    assert_eq!(sums[(row % k, column)], want.sum::<f64>(), "k = {k}");
+                }
+            }
+        }
+    }
+
     /// Counts above a threshold are a direct count per group (values at the threshold and
     /// below it count 0, rows of an unknown group nothing), and the flag is exactly whether a
     /// value is not finite, in the vector part or in the tail.
@@ -1587,15 +1707,19 @@ mod tests {
         }
         for n in [3, 77, 4096, 4133] {
             let (x, w) = data(n);
-            let col_major = faer::Mat::from_fn(n, 3, |i, j| match j {
+            // Five columns: with one or two groups, sums read four columns together and then
+            // the fifth alone (`group_pass_columns`).
+            let col_major = faer::Mat::from_fn(n, 5, |i, j| match j {
                 0 => x[i],
                 1 => w[i],
-                _ => x[i] * w[i],
+                2 => x[i] * w[i],
+                3 => w[i] - 0.5,
+                _ => -x[i],
             });
             let row_major = col_major.transpose().to_owned();
-            for k in [2, 3, 10] {
+            for k in [1, 2, 3, 10] {
                 let groups = group_ids(n, k);
-                let centers = faer::Mat::from_fn(k, 3, |g, j| 0.1 * g as f64 - 0.3 * j as f64);
+                let centers = faer::Mat::from_fn(k, 5, |g, j| 0.1 * g as f64 - 0.3 * j as f64);
                 for (c, cross) in [
                     (None, false),
                     (Some(centers.as_ref()), false),
