@@ -594,6 +594,9 @@ pub struct RowBlock {
     stride: usize,
     n: usize,
     d: usize,
+    /// [`RowBlock::load_centred_by_group`]'s groups narrowed to a byte each, kept from chunk
+    /// to chunk.
+    narrow_groups: Vec<u8>,
 }
 
 impl RowBlock {
@@ -653,6 +656,10 @@ impl RowBlock {
         self.zeroed.clear(y, d * stride..cols * stride);
         (self.stride, self.n, self.d) = (stride, n, d);
         let groups = &groups[..n];
+        // Each column's centring reads every row's group: as bytes, an eighth of the reads
+        // of `usize` groups (a group past the means is `u8::MAX`, centred to zero as before).
+        narrow_groups(groups, k, &mut self.narrow_groups);
+        let narrow = &self.narrow_groups[..];
         let mut means = vec![0.0; k];
         let mut centre = |j: usize, col: &[f64], sums: &[f64]| {
             for ((m, &s), &c) in means.iter_mut().zip(sums).zip(counts) {
@@ -662,12 +669,12 @@ impl RowBlock {
             out[n..].fill(0.0);
             let out = &mut out[..n];
             #[cfg(target_arch = "x86_64")]
-            if means.len() <= PERMUTED_MAX_GROUPS
+            if narrow.len() == n
                 && let Some(simd) = pulp::x86::V4::try_new()
             {
                 simd.vectorize(
                     #[inline(always)]
-                    || centre_by_group_v4(simd, col, groups, &means, out),
+                    || centre_by_group_v4(simd, col, groups, narrow, &means, out),
                 );
                 return;
             }
@@ -976,23 +983,38 @@ pub const CENTRED_BY_GROUP_MAX_CLASSES: usize = 6;
 /// Most groups [`centre_by_group_v4`] takes: the means of a column in two AVX-512 registers.
 const PERMUTED_MAX_GROUPS: usize = 16;
 
-/// [`centre_by_group`] with AVX-512, for up to [`PERMUTED_MAX_GROUPS`] groups: eight rows at a
-/// time, each row's mean picked from two registers by its group (`vpermt2pd`), taken off
-/// where the group is below `means.len()` and zero elsewhere; the same values.
+/// Each of `groups` as a byte, for [`centre_by_group_v4`]: the group where it is below `k`, and
+/// `u8::MAX` (a group past the means) where it is not; nothing when `k` is past
+/// [`PERMUTED_MAX_GROUPS`].
+fn narrow_groups(groups: &[usize], k: usize, out: &mut Vec<u8>) {
+    out.clear();
+    if k <= PERMUTED_MAX_GROUPS {
+        out.extend(groups.iter().map(|&g| match u8::try_from(g) {
+            Ok(b) if g < k => b,
+            _ => u8::MAX,
+        }));
+    }
+}
+
+/// [`centre_by_group`] with AVX-512, for up to [`PERMUTED_MAX_GROUPS`] groups (`ids`: each
+/// row's group as a byte, `u8::MAX` for one past the means): eight rows at a time, each row's
+/// mean picked from two registers by its group (`vpermt2pd`), taken off where the group is
+/// below `means.len()` and zero elsewhere; the same values.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn centre_by_group_v4(
     simd: pulp::x86::V4,
     col: &[f64],
     groups: &[usize],
+    ids: &[u8],
     means: &[f64],
     out: &mut [f64],
 ) {
-    use std::arch::x86_64::__m512i;
-    let n = out.len().min(col.len()).min(groups.len());
-    let Ok(ids) = pulp::bytemuck::try_cast_slice::<usize, u64>(&groups[..n]) else {
+    use std::arch::x86_64::{__m128i, __m512i};
+    let n = out.len().min(col.len()).min(groups.len()).min(ids.len());
+    if means.len() > PERMUTED_MAX_GROUPS {
         return centre_by_group(col, groups, means, out);
-    };
+    }
     let mut table = [0.0f64; PERMUTED_MAX_GROUPS];
     table[..means.len()].copy_from_slice(means);
     let lo: [f64; 8] = table[..8].try_into().unwrap_or_default();
@@ -1006,9 +1028,10 @@ fn centre_by_group_v4(
         .zip(col[..whole].chunks_exact(8))
         .zip(ids[..whole].chunks_exact(8))
     {
-        let g: [u64; 8] = g.try_into().unwrap_or_default();
+        let g: [u8; 8] = g.try_into().unwrap_or_default();
         let v: [f64; 8] = v.try_into().unwrap_or_default();
-        let g: __m512i = pulp::cast(g);
+        let g: __m128i = pulp::cast([u64::from_le_bytes(g), 0]);
+        let g: __m512i = f._mm512_cvtepu8_epi64(g);
         let m = f._mm512_permutex2var_pd(lo, g, hi);
         let known = f._mm512_cmplt_epu64_mask(g, limit);
         let r: [f64; 8] = pulp::cast(f._mm512_maskz_sub_pd(known, pulp::cast(v), m));
@@ -2915,11 +2938,19 @@ mod tests {
             let col: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1e3).collect();
             for k in [1usize, 2, 7, 8, 9, 16] {
                 let means: Vec<f64> = (0..k).map(|c| c as f64 * 11.5 - 3.0).collect();
-                // Every group below k, and some past it (rows that become zero).
-                let groups: Vec<usize> = (0..n).map(|i| (i * 7 + i / 4) % (k + 3)).collect();
+                // Every group below k, and some past it (rows that become zero), among them
+                // groups whose low byte is a group below k.
+                let groups: Vec<usize> = (0..n)
+                    .map(|i| match i % 11 {
+                        10 => 256 + i % k,
+                        _ => (i * 7 + i / 4) % (k + 3),
+                    })
+                    .collect();
                 let (mut want, mut got) = (vec![f64::NAN; n], vec![f64::NAN; n]);
                 centre_by_group(&col, &groups, &means, &mut want);
-                simd.vectorize(|| centre_by_group_v4(simd, &col, &groups, &means, &mut got));
+                let mut ids = Vec::new();
+                narrow_groups(&groups, k, &mut ids);
+                simd.vectorize(|| centre_by_group_v4(simd, &col, &groups, &ids, &means, &mut got));
                 for i in 0..n {
                     assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
                     let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);
