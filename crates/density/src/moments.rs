@@ -847,16 +847,18 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     // for while the one four before it is summed ([`READ_AHEAD_MIN_GROUPS`]).
     let first_read = term == Term::Value;
     let read_ahead = first_read && k >= READ_AHEAD_MIN_GROUPS;
-    // With one or two groups, the first read of four columns is their sums, all four read
-    // together ([`group_pass_columns`]) instead of touched first and then summed one by one
-    // from L2; `read_together[c]` holds column j + c's totals over the whole runs.
-    let sums_read_together =
-        first_read && S::REGISTER_COUNT >= 32 && k * A * TOUCHED_COLUMNS <= 16 && whole > 0;
+    // With up to 3 groups (AVX-512), the first read of four columns is their sums, all four
+    // read together ([`group_pass_columns`]) instead of touched first and then summed one by
+    // one from L2; `read_together[c]` holds column j + c's totals over the whole runs.
+    let together = match first_read && S::REGISTER_COUNT >= 32 && A == 2 && whole > 0 {
+        true if k <= READ_TOGETHER_MAX_GROUPS => TOUCHED_COLUMNS,
+        _ => 0,
+    };
     let mut read_together = [[0.0; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS];
     let mut have_read_together = false;
     for (p, (j, jy)) in outputs.enumerate() {
-        if sums_read_together && j % TOUCHED_COLUMNS == 0 {
-            let last = (j + TOUCHED_COLUMNS).min(d);
+        if together > 0 && j % together == 0 {
+            let last = (j + together).min(d);
             let columns = crate::block::contiguous_columns(x, j..last);
             have_read_together = columns.is_some();
             if let Some(columns) = columns {
@@ -864,8 +866,8 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                     sums_read_together_for::<S, A>(simd, k, &columns, &shape, &mut read_together);
             }
         }
-        let together = have_read_together.then(|| &read_together[j % TOUCHED_COLUMNS][..k]);
-        if first_read && together.is_none() && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
+        let summed = have_read_together.then(|| &read_together[j % together.max(1)][..k]);
+        if first_read && summed.is_none() && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
             touch_columns(x, j, n);
         }
         let ahead = match read_ahead && j + TOUCHED_COLUMNS < d {
@@ -892,7 +894,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
             ahead,
             &shape,
             (&*centers_x, &*centers_y),
-            together,
+            summed,
             (&mut *totals, &mut *rest),
         );
         match &mut squares {
@@ -1080,8 +1082,18 @@ pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
 /// Most groups one pass over a column sums ([`group_pass_for`]).
 const MAX_GROUPS_PER_PASS: usize = 10;
 
-/// [`group_pass_columns`] for `k` (1 or 2) groups and 1 to [`TOUCHED_COLUMNS`] columns, each
-/// column's totals over the whole runs into `out[c][..k]`. Returns whether a value is below zero.
+/// Most groups whose sums make a chunk's first read ([`group_pass_columns`]): four columns of 3
+/// groups keep 24 accumulators in registers. Against the touch and then one column at a time
+/// (`profile <model>-fit`, `PROFILE_COLD=cs`, medians of 9, 3 alternated pairs): LDA d = 16,
+/// K = 3 0.0139, 0.0136, 0.0131 → 0.0113, 0.0111, 0.0137 s; two columns at a time at K = 4–6
+/// bought little or nothing (LDA d = 16, K = 4 0.0134, 0.0125, 0.0130 → 0.0127, 0.0118,
+/// 0.0126 s; K = 6 even; multinomial NB d = 16, K = 4 0.0072, 0.0077, 0.0076 → 0.0079, 0.0077,
+/// 0.0077 s), and was left out.
+const READ_TOGETHER_MAX_GROUPS: usize = 3;
+
+/// [`group_pass_columns`] for `k` (1 to [`READ_TOGETHER_MAX_GROUPS`]) groups and 1 to
+/// [`TOUCHED_COLUMNS`] columns, each column's totals over the whole runs into `out[c][..k]`.
+/// Returns whether a value is below zero.
 #[inline(always)]
 fn sums_read_together_for<S: Simd, const A: usize>(
     simd: S,
@@ -1092,16 +1104,31 @@ fn sums_read_together_for<S: Simd, const A: usize>(
 ) -> bool {
     let whole = shape.whole;
     let masks = &shape.masks[..k * shape.vectors];
-    let v = |c: usize| S::as_simd_f64s(&columns[c][..whole]).0;
-    match (k, columns.len()) {
-        (1, 1) => group_pass_columns::<S, A, 1, 1>(simd, [v(0)], masks, out),
-        (1, 2) => group_pass_columns::<S, A, 1, 2>(simd, [v(0), v(1)], masks, out),
-        (1, 3) => group_pass_columns::<S, A, 1, 3>(simd, [v(0), v(1), v(2)], masks, out),
-        (1, _) => group_pass_columns::<S, A, 1, 4>(simd, [v(0), v(1), v(2), v(3)], masks, out),
-        (_, 1) => group_pass_columns::<S, A, 2, 1>(simd, [v(0)], masks, out),
-        (_, 2) => group_pass_columns::<S, A, 2, 2>(simd, [v(0), v(1)], masks, out),
-        (_, 3) => group_pass_columns::<S, A, 2, 3>(simd, [v(0), v(1), v(2)], masks, out),
-        _ => group_pass_columns::<S, A, 2, 4>(simd, [v(0), v(1), v(2), v(3)], masks, out),
+    let mut v: [&[S::f64s]; TOUCHED_COLUMNS] = [&[]; TOUCHED_COLUMNS];
+    for (v, c) in v.iter_mut().zip(columns) {
+        *v = S::as_simd_f64s(&c[..whole]).0;
+    }
+    let v = &v[..columns.len().min(TOUCHED_COLUMNS)];
+    match k {
+        1 => group_pass_columns_for::<S, A, 1>(simd, v, masks, out),
+        2 => group_pass_columns_for::<S, A, 2>(simd, v, masks, out),
+        _ => group_pass_columns_for::<S, A, 3>(simd, v, masks, out),
+    }
+}
+
+/// [`group_pass_columns`] for `G` groups and 1 to 4 columns.
+#[inline(always)]
+fn group_pass_columns_for<S: Simd, const A: usize, const G: usize>(
+    simd: S,
+    v: &[&[S::f64s]],
+    masks: &[S::m64s],
+    out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
+) -> bool {
+    match v.len() {
+        1 => group_pass_columns::<S, A, G, 1>(simd, [v[0]], masks, out),
+        2 => group_pass_columns::<S, A, G, 2>(simd, [v[0], v[1]], masks, out),
+        3 => group_pass_columns::<S, A, G, 3>(simd, [v[0], v[1], v[2]], masks, out),
+        _ => group_pass_columns::<S, A, G, 4>(simd, [v[0], v[1], v[2], v[3]], masks, out),
     }
 }
 
@@ -1109,7 +1136,7 @@ fn sums_read_together_for<S: Simd, const A: usize>(
 /// first read, with `C` streams from memory in flight, as [`touch_columns`] has, and the
 /// sums taken as the lines arrive rather than from L2 afterwards. Each column's group sums
 /// run in [`group_pass`]'s order (vector a of each run of `A` into accumulator a, the same
-/// tree), so they have its bits. `C · G · A` accumulators stay in registers (16 at most).
+/// tree), so they have its bits. `C · G · A` accumulators stay in registers (24 at most).
 #[inline(always)]
 fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     simd: S,
