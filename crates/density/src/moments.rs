@@ -556,14 +556,53 @@ impl pulp::WithSimd for CountsAbove<'_> {
         let mut counts = vec![0u64; k];
         let mut scratch = Vec::new();
         let mut not_finite = false;
+        // With one packed counter (up to 5 groups), four contiguous columns are counted in one
+        // pass over all of them, which is the chunk's first read (as for `grouped_sums`);
+        // `read_together[c]` holds column j + c's counts over the whole vectors.
+        let mut read_together = [[0u64; COUNTS_PER_WORD]; TOUCHED_COLUMNS];
+        let mut have_read_together = false;
         for j in 0..d {
-            // The chunk's first read: four column streams in flight ([`touch_columns`]).
-            if j % TOUCHED_COLUMNS == 0 {
+            if words == 1 && whole > 0 && j % TOUCHED_COLUMNS == 0 {
+                let last = (j + TOUCHED_COLUMNS).min(d);
+                let columns = crate::block::contiguous_columns(x, j..last);
+                have_read_together = columns.is_some();
+                if let Some(columns) = columns {
+                    read_together = [[0; COUNTS_PER_WORD]; TOUCHED_COLUMNS];
+                    let v = |c: usize| S::as_simd_f64s(&columns[c][..whole]).0;
+                    let codes = &codes[..whole];
+                    let out = &mut read_together;
+                    not_finite |= match columns.len() {
+                        1 => count_pass_columns::<S, 1>(simd, [v(0)], codes, threshold, out),
+                        2 => count_pass_columns::<S, 2>(simd, [v(0), v(1)], codes, threshold, out),
+                        3 => count_pass_columns::<S, 3>(
+                            simd,
+                            [v(0), v(1), v(2)],
+                            codes,
+                            threshold,
+                            out,
+                        ),
+                        _ => count_pass_columns::<S, 4>(
+                            simd,
+                            [v(0), v(1), v(2), v(3)],
+                            codes,
+                            threshold,
+                            out,
+                        ),
+                    };
+                }
+            }
+            // Otherwise the chunk's first read: four column streams in flight
+            // ([`touch_columns`]).
+            if !have_read_together && j % TOUCHED_COLUMNS == 0 {
                 touch_columns(x, j, n);
             }
             let col = crate::block::column(x, j, &mut scratch);
             counts.fill(0);
-            for w0 in (0..words).step_by(WORDS_PER_PASS) {
+            if have_read_together {
+                counts.copy_from_slice(&read_together[j % TOUCHED_COLUMNS][..k]);
+            }
+            let passes = if have_read_together { 0 } else { words };
+            for w0 in (0..passes).step_by(WORDS_PER_PASS) {
                 let count = (words - w0).min(WORDS_PER_PASS);
                 let codes = &codes[w0 * whole..(w0 + count) * whole];
                 let counts = &mut counts[w0 * COUNTS_PER_WORD..];
@@ -588,6 +627,55 @@ impl pulp::WithSimd for CountsAbove<'_> {
         }
         not_finite
     }
+}
+
+/// [`count_pass`] with one packed counter (`codes`, one per row), over `C` columns' whole
+/// vectors together: each column's group counts into `out[c]`. Returns whether a value is not
+/// finite.
+#[inline(always)]
+fn count_pass_columns<S: Simd, const C: usize>(
+    simd: S,
+    columns: [&[S::f64s]; C],
+    codes: &[u64],
+    threshold: f64,
+    out: &mut [[u64; COUNTS_PER_WORD]; TOUCHED_COLUMNS],
+) -> bool {
+    let (code_vectors, _) = S::as_simd_u64s(codes);
+    let vectors = columns.iter().map(|c| c.len()).min().unwrap_or(0);
+    let vectors = vectors.min(code_vectors.len());
+    let zero = simd.splat_u64s(0);
+    let t = simd.splat_f64s(threshold);
+    // v − v is +0 (all bits clear) exactly when v is finite; its bits are OR-ed together.
+    let mut bad = zero;
+    let mut start = 0;
+    while start < vectors {
+        let end = (start + COUNT_FLUSH).min(vectors);
+        let mut acc = [zero; C];
+        for b in start..end {
+            let code = code_vectors[b];
+            for c in 0..C {
+                let v = columns[c][b];
+                let above = simd.greater_than_f64s(v, t);
+                acc[c] = simd.add_u64s(acc[c], simd.select_u64s(above, code, zero));
+                bad = simd.or_u64s(bad, simd.transmute_u64s_f64s(simd.sub_f64s(v, v)));
+            }
+        }
+        for c in 0..C {
+            let mut lanes = [0u64; 8];
+            let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
+            lv[0] = acc[c];
+            for &v in &lanes[..S::U64_LANES] {
+                for (f, count) in out[c].iter_mut().enumerate() {
+                    *count += (v >> (COUNT_BITS * f)) & COUNT_FLUSH as u64;
+                }
+            }
+        }
+        start = end;
+    }
+    let mut lanes = [0u64; 8];
+    let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
+    lv[0] = bad;
+    lanes.iter().any(|&b| b != 0)
 }
 
 /// One pass of [`CountsAbove`] over a column's whole vectors `col` for `W` packed counters
@@ -1538,25 +1626,29 @@ mod tests {
         // not unpacked in between.
         for n in [0, 1, 15, 16, 17, 100, 4099, 50_000] {
             let (x, w) = data(n);
-            // Values exactly at the threshold, 3.0, are not above it.
-            let m = faer::Mat::from_fn(n, 3, |i, j| {
+            // Values exactly at the threshold, 3.0, are not above it. Five columns: up to 5
+            // groups count four columns together, then the fifth.
+            let m = faer::Mat::from_fn(n, 5, |i, j| {
                 if j == 0 {
                     x[i]
                 } else if i % 5 == 0 {
                     3.0
-                } else if j == 1 {
-                    w[i] + 2.5
                 } else {
-                    4.0
+                    match j {
+                        1 => w[i] + 2.5,
+                        2 => 4.0,
+                        3 => x[i] + 1.0,
+                        _ => 2.0 * w[i] + 2.0,
+                    }
                 }
             });
             // 5 groups fill a packed counter, 21 need a second pass over the column.
             for k in [1, 2, 3, 5, 6, 8, 9, 10, 21, 26] {
                 let groups = group_ids(n, k);
-                let mut counts = faer::Mat::from_fn(k, 3, |g, j| (g + 3 * j) as f64);
+                let mut counts = faer::Mat::from_fn(k, 5, |g, j| (g + 3 * j) as f64);
                 let flagged = grouped_counts_above(m.as_ref(), &groups, 3.0, counts.as_mut());
                 assert!(!flagged, "n = {n}, k = {k}");
-                for j in 0..3 {
+                for j in 0..5 {
                     for g in 0..k {
                         let want = (0..n)
                             .filter(|&i| groups[i] == g && m[(i, j)] > 3.0)
@@ -1571,20 +1663,27 @@ mod tests {
             }
         }
         let n = 100;
-        for (row, bad) in [
-            (3, f64::NAN),
-            (50, f64::INFINITY),
-            (98, f64::NEG_INFINITY),
-            (97, f64::NAN),
-        ] {
-            let m =
-                faer::Mat::from_fn(n, 2, |i, j| if (i, j) == (row, 1) { bad } else { i as f64 });
-            let groups = group_ids(n, 3);
-            let mut counts = faer::Mat::zeros(3, 2);
-            assert!(
-                grouped_counts_above(m.as_ref(), &groups, 0.5, counts.as_mut()),
-                "{bad} at row {row}"
-            );
+        for column in [1, 3, 4] {
+            for (row, bad) in [
+                (3, f64::NAN),
+                (50, f64::INFINITY),
+                (98, f64::NEG_INFINITY),
+                (97, f64::NAN),
+            ] {
+                let m = faer::Mat::from_fn(n, 5, |i, j| {
+                    if (i, j) == (row, column) {
+                        bad
+                    } else {
+                        i as f64
+                    }
+                });
+                let groups = group_ids(n, 3);
+                let mut counts = faer::Mat::zeros(3, 5);
+                assert!(
+                    grouped_counts_above(m.as_ref(), &groups, 0.5, counts.as_mut()),
+                    "{bad} at row {row}, column {column}"
+                );
+            }
         }
     }
 
