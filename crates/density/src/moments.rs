@@ -1235,10 +1235,9 @@ fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     let zero = simd.splat_f64s(0.0);
     let vectors = columns[0].len();
     let by_group: [&[S::m64s]; G] = std::array::from_fn(|g| &masks[g * vectors..][..vectors]);
-    let runs: [_; C] = std::array::from_fn(|c| columns[c][..vectors].chunks_exact(A));
+    let mut runs: [_; C] = std::array::from_fn(|c| columns[c][..vectors].chunks_exact(A));
     let mut acc = [[[zero; A]; G]; C];
     let mut negative = simd.less_than_f64s(zero, zero);
-    let mut runs = runs;
     for b in 0..vectors / A {
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
         for (c, run) in runs.iter_mut().enumerate() {
