@@ -1494,16 +1494,34 @@ fn split_column_v4(
             next[c] += m.count_ones() as usize;
         }
     }
-    let mut tail_finite = true;
-    for (r, &l) in labels.iter().enumerate().skip(groups * 8) {
-        tail_finite &= src[r].abs() < f64::INFINITY;
+    let tail_finite = split_tail(src, labels, groups * 8, next, classes, col);
+    finite.0 == u8::MAX && tail_finite
+}
+
+/// The rows of a packed split from `from` on, one at a time, each class's from its next free
+/// row in `next`; then the classes' padding zeroed. Returns whether those rows' values are
+/// finite.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn split_tail(
+    src: &[f64],
+    labels: &[usize],
+    from: usize,
+    mut next: [usize; MAX_PACKED_CLASSES],
+    classes: &[(usize, usize)],
+    col: &mut [f64],
+) -> bool {
+    let k = classes.len().min(MAX_PACKED_CLASSES);
+    let mut finite = true;
+    for (r, &l) in labels.iter().enumerate().skip(from) {
+        finite &= src[r].abs() < f64::INFINITY;
         if l < k {
             col[next[l]] = src[r];
             next[l] += 1;
         }
     }
     zero_padding(classes, col);
-    finite.0 == u8::MAX && tail_finite
+    finite
 }
 
 /// [`split_column_v4`] of up to [`TOUCHED_COLUMNS`] columns (`srcs`, each at least `n` long,
@@ -1560,15 +1578,7 @@ fn split_columns_v4(
     }
     let mut tail_finite = true;
     for (src, col) in srcs[..width].iter().zip(cols.iter_mut()) {
-        let mut next = next;
-        for (r, &l) in labels.iter().enumerate().take(n).skip(groups * 8) {
-            tail_finite &= src[r].abs() < f64::INFINITY;
-            if l < k {
-                col[next[l]] = src[r];
-                next[l] += 1;
-            }
-        }
-        zero_padding(classes, col);
+        tail_finite &= split_tail(src, &labels[..n], groups * 8, next, classes, col);
     }
     finite.0 == u8::MAX && tail_finite
 }
