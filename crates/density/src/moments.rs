@@ -660,21 +660,41 @@ fn count_pass_columns<S: Simd, const C: usize>(
                 bad = simd.or_u64s(bad, simd.transmute_u64s_f64s(simd.sub_f64s(v, v)));
             }
         }
-        for c in 0..C {
-            let mut lanes = [0u64; 8];
-            let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
-            lv[0] = acc[c];
-            for &v in &lanes[..S::U64_LANES] {
-                for (f, count) in out[c].iter_mut().enumerate() {
-                    *count += (v >> (COUNT_BITS * f)) & COUNT_FLUSH as u64;
-                }
-            }
+        for (acc, out) in acc.iter().zip(out.iter_mut()) {
+            add_unpacked::<S>(std::slice::from_ref(acc), out);
         }
         start = end;
     }
+    any_bit_set::<S>(bad)
+}
+
+/// Adds the counts packed in `acc` (up to [`WORDS_PER_PASS`] counters of
+/// [`COUNTS_PER_WORD`] fields, one vector each) to `counts`, field f of counter w to
+/// `counts[w · COUNTS_PER_WORD + f]` where there is one.
+#[inline(always)]
+fn add_unpacked<S: Simd>(acc: &[S::u64s], counts: &mut [u64]) {
+    // Room for the vectors, of up to 8 lanes (AVX-512's, the widest).
+    let mut lanes = [0u64; 8 * WORDS_PER_PASS];
+    let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
+    let words = acc.len().min(WORDS_PER_PASS);
+    lv[..words].copy_from_slice(&acc[..words]);
+    for (w, word) in lanes.chunks(S::U64_LANES).take(words).enumerate() {
+        for &v in word {
+            for f in 0..COUNTS_PER_WORD {
+                if let Some(c) = counts.get_mut(w * COUNTS_PER_WORD + f) {
+                    *c += (v >> (COUNT_BITS * f)) & COUNT_FLUSH as u64;
+                }
+            }
+        }
+    }
+}
+
+/// Whether any bit of any lane of `v` is set.
+#[inline(always)]
+fn any_bit_set<S: Simd>(v: S::u64s) -> bool {
     let mut lanes = [0u64; 8];
     let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
-    lv[0] = bad;
+    lv[0] = v;
     lanes.iter().any(|&b| b != 0)
 }
 
@@ -698,21 +718,6 @@ fn count_pass<S: Simd, const W: usize>(
     let t = simd.splat_f64s(threshold);
     // v − v is +0 (all bits clear) exactly when v is finite; its bits are OR-ed together.
     let mut bad = zero;
-    let unpack = |acc: &[S::u64s; W], counts: &mut [u64]| {
-        // Room for W vectors of up to 8 lanes (AVX-512's, the widest).
-        let mut lanes = [0u64; 8 * WORDS_PER_PASS];
-        let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
-        lv[..W].copy_from_slice(acc);
-        for (w, word) in lanes.chunks(S::U64_LANES).take(W).enumerate() {
-            for &v in word {
-                for f in 0..COUNTS_PER_WORD {
-                    if let Some(c) = counts.get_mut(w * COUNTS_PER_WORD + f) {
-                        *c += (v >> (COUNT_BITS * f)) & COUNT_FLUSH as u64;
-                    }
-                }
-            }
-        }
-    };
     let mut start = 0;
     while start < xv.len() {
         let end = (start + COUNT_FLUSH).min(xv.len());
@@ -727,13 +732,10 @@ fn count_pass<S: Simd, const W: usize>(
                 bad = simd.or_u64s(bad, simd.transmute_u64s_f64s(simd.sub_f64s(v, v)));
             }
         }
-        unpack(&acc, counts);
+        add_unpacked::<S>(&acc, counts);
         start = end;
     }
-    let mut lanes = [0u64; 8];
-    let (lv, _) = S::as_mut_simd_u64s(&mut lanes);
-    lv[0] = bad;
-    lanes.iter().any(|&b| b != 0)
+    any_bit_set::<S>(bad)
 }
 
 /// As [`grouped_sums`], of the squared deviations from each group's centre: adds to
@@ -938,15 +940,16 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     // With up to 3 groups (AVX-512), the first read of four columns is their sums, all four
     // read together ([`group_pass_columns`]) instead of touched first and then summed one by
     // one from L2; `read_together[c]` holds column j + c's totals over the whole runs.
-    let together = match first_read && S::REGISTER_COUNT >= 32 && A == 2 && whole > 0 {
-        true if k <= READ_TOGETHER_MAX_GROUPS => TOUCHED_COLUMNS,
-        _ => 0,
-    };
+    let together = first_read
+        && S::REGISTER_COUNT >= 32
+        && A == 2
+        && whole > 0
+        && k <= READ_TOGETHER_MAX_GROUPS;
     let mut read_together = [[0.0; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS];
     let mut have_read_together = false;
     for (p, (j, jy)) in outputs.enumerate() {
-        if together > 0 && j % together == 0 {
-            let last = (j + together).min(d);
+        if together && j % TOUCHED_COLUMNS == 0 {
+            let last = (j + TOUCHED_COLUMNS).min(d);
             let columns = crate::block::contiguous_columns(x, j..last);
             have_read_together = columns.is_some();
             if let Some(columns) = columns {
@@ -954,7 +957,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                     sums_read_together_for::<S, A>(simd, k, &columns, &shape, &mut read_together);
             }
         }
-        let summed = have_read_together.then(|| &read_together[j % together.max(1)][..k]);
+        let summed = have_read_together.then(|| &read_together[j % TOUCHED_COLUMNS][..k]);
         if first_read && summed.is_none() && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
             touch_columns(x, j, n);
         }
