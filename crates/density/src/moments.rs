@@ -1125,20 +1125,11 @@ const READ_AHEAD_MIN_GROUPS: usize = 4;
 /// Columns whose rows [`touch_columns`] reads together.
 pub(crate) const TOUCHED_COLUMNS: usize = 4;
 
-/// Reads every column of a column-major `x`, [`TOUCHED_COLUMNS`] at a time side by side, one
-/// value per cache line (nothing for other layouts), so that a pass that then reads short runs
-/// of every column finds them in cache: full-covariance log joints (QDA, the mixture's E-step)
-/// of more than [`SHORT_RUN_MAX_COLUMNS`] columns, before their substitution.
-pub fn touch_chunk(x: MatRef<'_, f64>) {
-    for j in (0..x.ncols()).step_by(TOUCHED_COLUMNS) {
-        touch_columns(x, j, x.nrows());
-    }
-}
-
 /// Most columns that a kernel reading a short block of rows of every column (64 rows, 512 bytes
 /// each) may take from memory as it goes: up to this many, the hardware prefetchers kept up on a
 /// Zen 4, and a separate read first was a pass too many; above it, Gaussian naive Bayes' log
-/// joints read by groups of columns instead and full-covariance ones [`touch_columns`] first.
+/// joints read by groups of columns instead, and full-covariance ones (`mahalanobis`) ask for
+/// their blocks ahead.
 pub const SHORT_RUN_MAX_COLUMNS: usize = 8;
 
 /// Reads one value per cache line of rows `..n` of columns `j .. j + TOUCHED_COLUMNS` of a

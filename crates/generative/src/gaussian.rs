@@ -1453,15 +1453,8 @@ impl GenerativeClassifier for GaussianClassifier {
                 // log_norm_c − ½‖L_c⁻¹(x − μ_c)‖² by forward substitution, read straight from
                 // x's layout, each block of rows once for every class, and written straight
                 // into the classes' columns.
-                // Above 8 columns, the chunk is first read a few columns side by side, so that
-                // the substitution, which reads a 64-row block of every column, finds it in
-                // cache: its d short runs from memory were not prefetched well. On a Zen 4,
-                // `predict_proba` into a kept output at K = 2, d = 16 0.0160 -> 0.0126 s, d = 64
-                // 0.1146 -> 0.1102 s; at d = 4 and 8 the read was a pass too many (0.0037 ->
-                // 0.0040 s, 0.0061 -> 0.0065 s).
-                if d > density::moments::SHORT_RUN_MAX_COLUMNS {
-                    density::moments::touch_chunk(x);
-                }
+                // Above 4 columns the kernel asks for the rows two blocks ahead as it goes
+                // (`mahalanobis`'s `ReadAhead`), in place of a read of the chunk first.
                 gaussian_log_densities(x, &self.means, &self.factors, &log_norm, out.as_mut());
             }
             CovarianceStructure::Tied => {
