@@ -1120,29 +1120,17 @@ impl pulp::WithSimd for PooledSoft<'_> {
         // reads were about 40% of this kernel's time).
         let live: Vec<usize> = (0..k).filter(|&c| totals[c] > 0.0).collect();
         let group = if S::REGISTER_COUNT >= 32 { 4 } else { 2 };
-        for classes in live.chunks(group) {
-            let w: Vec<&[S::f64s]> = classes
-                .iter()
-                .map(|&c| S::as_simd_f64s(&class_w[c * rows..(c + 1) * rows]).0)
-                .collect();
-            for j in 0..d {
-                let (yv, _) = S::as_simd_f64s(&y[j * stride..j * stride + rows]);
-                let mut sums = [0.0; 4];
-                match w.len() {
-                    4 => sums = weighted_sums::<S, 4>(simd, [w[0], w[1], w[2], w[3]], yv),
-                    3 => sums[..3].copy_from_slice(&weighted_sums::<S, 3>(
-                        simd,
-                        [w[0], w[1], w[2]],
-                        yv,
-                    )),
-                    2 => sums[..2].copy_from_slice(&weighted_sums::<S, 2>(simd, [w[0], w[1]], yv)),
-                    _ => sums[0] = weighted_sum(simd, w[0], yv),
-                }
-                for (&c, sum) in classes.iter().zip(sums) {
-                    means[c * d + j] = sum / totals[c];
-                }
-            }
-        }
+        class_means(
+            simd,
+            y,
+            stride,
+            d,
+            (class_w, rows),
+            &live,
+            group,
+            totals,
+            means,
+        );
         row_total.fill(0.0);
         for c in 0..k {
             let w = &class_w[c * rows..(c + 1) * rows];
@@ -1166,9 +1154,23 @@ impl pulp::WithSimd for PooledSoft<'_> {
                 .zip(&*inverse)
                 .for_each(|((a, w), inv)| *a = w * inv);
             let (av, _) = S::as_simd_f64s(&scaled);
-            for e in (c + 1..k).filter(|&e| totals[e] > 0.0) {
-                let (wv, _) = S::as_simd_f64s(&class_w[e * rows..(e + 1) * rows]);
-                let p = weighted_sum(simd, av, wv);
+            // P_ce for a few classes e per read of the shares (each P_ce the bits of
+            // `weighted_sum(av, w_e)`: the products commute).
+            let later: Vec<usize> = (c + 1..k).filter(|&e| totals[e] > 0.0).collect();
+            let mut pairs = Vec::with_capacity(later.len());
+            for es in later.chunks(group) {
+                let w: Vec<&[S::f64s]> = es
+                    .iter()
+                    .map(|&e| S::as_simd_f64s(&class_w[e * rows..(e + 1) * rows]).0)
+                    .collect();
+                match w.len() {
+                    4 => pairs.extend(weighted_sums::<S, 4>(simd, [w[0], w[1], w[2], w[3]], av)),
+                    3 => pairs.extend(weighted_sums::<S, 3>(simd, [w[0], w[1], w[2]], av)),
+                    2 => pairs.extend(weighted_sums::<S, 2>(simd, [w[0], w[1]], av)),
+                    _ => pairs.push(weighted_sum(simd, av, w[0])),
+                }
+            }
+            for (&e, &p) in later.iter().zip(&pairs) {
                 if p <= 0.0 {
                     continue;
                 }
@@ -1796,6 +1798,156 @@ struct RowShifts<'a> {
     d: usize,
 }
 
+/// Vectors of rows that [`centre_and_shift`] keeps in registers while it takes off each class's
+/// share of the shift.
+const SHIFT_BLOCK_VECTORS: usize = 8;
+
+/// `out[t]` = `src[t]` − `m` − Σ_c `shares[c · rows + r0 + t]` · `points[c · d + j]` for
+/// column j of a pass of rows starting at `r0` (`rows` per class in `shares`; each class's product taken off in class order,
+/// each operation rounded, as one row at a time would).
+///
+/// Why: taking each class's share off the whole pass in turn read and wrote the pass's column
+/// once per class; here a block of rows stays in registers over the classes, and only the
+/// shares are read.
+#[inline(always)]
+fn centre_and_shift<S: pulp::Simd>(
+    simd: S,
+    src: &[f64],
+    m: f64,
+    shifts: RowShifts<'_>,
+    j: usize,
+    (rows, r0): (usize, usize),
+    out: &mut [f64],
+) {
+    const B: usize = SHIFT_BLOCK_VECTORS;
+    let RowShifts {
+        shares,
+        points,
+        k,
+        d,
+    } = shifts;
+    let block = B * S::F64_LANES;
+    let whole = src.len() / block * block;
+    let mv = simd.splat_f64s(m);
+    for b0 in (0..whole).step_by(block) {
+        let (sv, _) = S::as_simd_f64s(&src[b0..b0 + block]);
+        let mut acc: [S::f64s; B] = std::array::from_fn(|v| simd.sub_f64s(sv[v], mv));
+        for class in 0..k {
+            let p = simd.splat_f64s(points[class * d + j]);
+            let at = class * rows + r0 + b0;
+            let (share, _) = S::as_simd_f64s(&shares[at..at + block]);
+            for v in 0..B {
+                acc[v] = simd.sub_f64s(acc[v], simd.mul_f64s(share[v], p));
+            }
+        }
+        S::as_mut_simd_f64s(&mut out[b0..b0 + block])
+            .0
+            .copy_from_slice(&acc);
+    }
+    for t in whole..src.len() {
+        let mut c = src[t] - m;
+        for class in 0..k {
+            c -= shares[class * rows + r0 + t] * points[class * d + j];
+        }
+        out[t] = c;
+    }
+}
+
+/// Vectors of rows per pass of [`class_means`]: a multiple of the 4 chains of
+/// [`weighted_sums`], so that each vector goes to the chain it goes to there.
+const MEANS_PASS_VECTORS: usize = 32;
+
+/// The weighted means of the block's d columns (column j at `y[j · stride..]`) for the
+/// classes `live` (their weights at `weights.0[c · rows..]`, `rows` a whole number of vectors),
+/// into `means[c · d + j]`: [`weighted_sums`] of `group` classes at a time, to the bit, divided
+/// by `totals[c]`.
+///
+/// Why: column by column, every column's run of rows (32 KB at 4096 rows) was read once per
+/// group of classes, and each class's weights once per column, from L2 or (at d = 64, where
+/// the block is 2 MB) from L3. Here the rows go in passes of [`MEANS_PASS_VECTORS`] vectors:
+/// each column's pass is read once for every group, and the classes' weights for the pass
+/// stay in L1 over all the columns. Each chain still takes its vectors in order, and its
+/// partial sums wait in memory between passes.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn class_means<S: pulp::Simd>(
+    simd: S,
+    y: &[f64],
+    stride: usize,
+    d: usize,
+    (weights, rows): (&[f64], usize),
+    live: &[usize],
+    group: usize,
+    totals: &[f64],
+    means: &mut [f64],
+) {
+    let zero = simd.splat_f64s(0.0);
+    let vectors = rows / S::F64_LANES;
+    let whole = vectors / 4 * 4;
+    let classes = live.len();
+    let w: Vec<&[S::f64s]> = live
+        .iter()
+        .map(|&c| &S::as_simd_f64s(&weights[c * rows..(c + 1) * rows]).0[..vectors])
+        .collect();
+    // Each column's chains, its live classes side by side.
+    let mut acc = vec![[zero; 4]; d * classes];
+    for p0 in (0..whole).step_by(MEANS_PASS_VECTORS) {
+        let p1 = (p0 + MEANS_PASS_VECTORS).min(whole);
+        for (j, column_acc) in acc.chunks_exact_mut(classes.max(1)).enumerate() {
+            let yv = &S::as_simd_f64s(&y[j * stride..j * stride + rows]).0[p0..p1];
+            for (ws, chains) in w.chunks(group).zip(column_acc.chunks_mut(group)) {
+                match ws.len() {
+                    4 => chain_products::<S, 4>(
+                        simd,
+                        [ws[0], ws[1], ws[2], ws[3]],
+                        (p0, p1),
+                        yv,
+                        chains,
+                    ),
+                    3 => chain_products::<S, 3>(simd, [ws[0], ws[1], ws[2]], (p0, p1), yv, chains),
+                    2 => chain_products::<S, 2>(simd, [ws[0], ws[1]], (p0, p1), yv, chains),
+                    _ => chain_products::<S, 1>(simd, [ws[0]], (p0, p1), yv, chains),
+                }
+            }
+        }
+    }
+    // The vectors after the last four, and each chain's reduction, as `weighted_sums` ends.
+    for (j, column_acc) in acc.chunks_exact_mut(classes.max(1)).enumerate() {
+        let yv = &S::as_simd_f64s(&y[j * stride..j * stride + rows]).0[..vectors];
+        for ((&c, wc), a) in live.iter().zip(&w).zip(column_acc.iter_mut()) {
+            for l in 0..vectors - whole {
+                a[l] = simd.mul_add_f64s(wc[whole + l], yv[whole + l], a[l]);
+            }
+            let s = simd.add_f64s(simd.add_f64s(a[0], a[1]), simd.add_f64s(a[2], a[3]));
+            means[c * d + j] = simd.reduce_sum_f64s(s) / totals[c];
+        }
+    }
+}
+
+/// [`weighted_sums`]' loop over vectors `p0..p1` (a multiple of 4 long) for `G` classes,
+/// their four chains each in `chains` (loaded, then stored back); `y` is the column's vectors
+/// `p0..p1`, `w` every class's weights.
+#[inline(always)]
+fn chain_products<S: pulp::Simd, const G: usize>(
+    simd: S,
+    w: [&[S::f64s]; G],
+    (p0, p1): (usize, usize),
+    y: &[S::f64s],
+    chains: &mut [[S::f64s; 4]],
+) {
+    let mut acc: [[S::f64s; 4]; G] = std::array::from_fn(|g| chains[g]);
+    let w = w.map(|w| &w[p0..p1]);
+    for v in (0..p1 - p0).step_by(4) {
+        let yv: [S::f64s; 4] = std::array::from_fn(|l| y[v + l]);
+        for g in 0..G {
+            for l in 0..4 {
+                acc[g][l] = simd.mul_add_f64s(w[g][v + l], yv[l], acc[g][l]);
+            }
+        }
+    }
+    chains[..G].copy_from_slice(&acc);
+}
+
 /// Σ_t w_t y_t with four accumulator vectors (independent chains), reduced in a fixed order.
 #[inline(always)]
 fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
@@ -1978,22 +2130,21 @@ fn register_tiles_each<S: pulp::Simd, const TK: usize, const UNIT: bool>(
                     let m = mean.get(j).copied().unwrap_or(0.0);
                     let src = &y[j * stride + r0..j * stride + r1];
                     let c = &mut centred[j * pass_rows..j * pass_rows + (r1 - r0)];
-                    for (c, v) in c[..valid].iter_mut().zip(src) {
-                        *c = v - m;
-                    }
-                    if let Some(RowShifts {
-                        shares,
-                        points,
-                        k,
-                        d,
-                    }) = shifts
-                        && j < d
-                    {
-                        for class in 0..k {
-                            let p = points[class * d + j];
-                            let share = &shares[class * rows + r0..class * rows + r0 + valid];
-                            for (c, s) in c[..valid].iter_mut().zip(share) {
-                                *c -= s * p;
+                    match shifts {
+                        Some(shifts) if j < shifts.d => {
+                            centre_and_shift(
+                                simd,
+                                &src[..valid],
+                                m,
+                                shifts,
+                                j,
+                                (rows, r0),
+                                &mut c[..valid],
+                            );
+                        }
+                        _ => {
+                            for (c, v) in c[..valid].iter_mut().zip(src) {
+                                *c = v - m;
                             }
                         }
                     }
