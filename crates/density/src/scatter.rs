@@ -1802,8 +1802,8 @@ struct RowShifts<'a> {
 const SHIFT_BLOCK_VECTORS: usize = 8;
 
 /// `out[t]` = `src[t]` − `m` − Σ_c `shares[c · rows + r0 + t]` · `points[c · d + j]` for
-/// column j of a pass of rows starting at `r0` (`rows` per class in `shares`; each class's product taken off in class order,
-/// each operation rounded, as one row at a time would).
+/// column j of a pass of rows starting at `r0` (`rows` per class in `shares`): each class's
+/// product taken off in class order, each operation rounded, as one row at a time would.
 ///
 /// Why: taking each class's share off the whole pass in turn read and wrote the pass's column
 /// once per class; here a block of rows stays in registers over the classes, and only the
