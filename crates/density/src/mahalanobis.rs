@@ -232,7 +232,9 @@ const BLOCKS_AHEAD: usize = 2;
 struct ReadAhead<'a> {
     /// Every column, when `x` is column-major and wide enough to ask for.
     columns: Option<Vec<&'a [f64]>>,
+    /// Rows per block, and in `x`.
     rows: usize,
+    n: usize,
 }
 
 impl<'a> ReadAhead<'a> {
@@ -241,7 +243,11 @@ impl<'a> ReadAhead<'a> {
             true => crate::block::contiguous_columns(x, 0..x.ncols()),
             false => None,
         };
-        ReadAhead { columns, rows }
+        ReadAhead {
+            columns,
+            rows,
+            n: x.nrows(),
+        }
     }
 
     /// For the block starting at row `r0`, share `part` of `parts` of the block ahead.
@@ -249,9 +255,9 @@ impl<'a> ReadAhead<'a> {
     fn ask(&self, r0: usize, part: usize, parts: usize) {
         if let Some(columns) = &self.columns {
             let at = r0 + BLOCKS_AHEAD * self.rows;
-            let n = columns.first().map_or(0, |c| c.len());
-            if at < n {
-                crate::block::prefetch_share(columns, at..(at + self.rows).min(n), part, parts);
+            if at < self.n {
+                let ahead = at..(at + self.rows).min(self.n);
+                crate::block::prefetch_share(columns, ahead, part, parts);
             }
         }
     }

@@ -1153,23 +1153,9 @@ impl pulp::WithSimd for PooledSoft<'_> {
                 .zip(&*inverse)
                 .for_each(|((a, w), inv)| *a = w * inv);
             let (av, _) = S::as_simd_f64s(&scaled);
-            // P_ce for a few classes e per read of the shares (each P_ce the bits of
-            // `weighted_sum(av, w_e)`: the products commute).
-            let later: Vec<usize> = (c + 1..k).filter(|&e| totals[e] > 0.0).collect();
-            let mut pairs = Vec::with_capacity(later.len());
-            for es in later.chunks(group) {
-                let w: Vec<&[S::f64s]> = es
-                    .iter()
-                    .map(|&e| S::as_simd_f64s(&class_w[e * rows..(e + 1) * rows]).0)
-                    .collect();
-                match w.len() {
-                    4 => pairs.extend(weighted_sums::<S, 4>(simd, [w[0], w[1], w[2], w[3]], av)),
-                    3 => pairs.extend(weighted_sums::<S, 3>(simd, [w[0], w[1], w[2]], av)),
-                    2 => pairs.extend(weighted_sums::<S, 2>(simd, [w[0], w[1]], av)),
-                    _ => pairs.push(weighted_sum(simd, av, w[0])),
-                }
-            }
-            for (&e, &p) in later.iter().zip(&pairs) {
+            for e in (c + 1..k).filter(|&e| totals[e] > 0.0) {
+                let (wv, _) = S::as_simd_f64s(&class_w[e * rows..(e + 1) * rows]);
+                let p = weighted_sum(simd, av, wv);
                 if p <= 0.0 {
                     continue;
                 }
@@ -1853,7 +1839,7 @@ fn centre_and_shift<S: pulp::Simd>(
 }
 
 /// Vectors of rows per pass of [`class_means`]: a multiple of the 4 chains of
-/// [`weighted_sums`], so that each vector goes to the chain it goes to there.
+/// [`weighted_sum`], so that each vector goes to the chain it goes to there.
 const MEANS_PASS_VECTORS: usize = 32;
 
 /// [`class_means`] as an operation of its own (`Simd::vectorize`), so that it does not grow
@@ -1892,8 +1878,8 @@ impl pulp::WithSimd for ClassMeans<'_> {
 
 /// The weighted means of the block's d columns (column j at `y[j · stride..]`) for the
 /// classes `live` (their weights at `weights.0[c · rows..]`, `rows` a whole number of vectors),
-/// into `means[c · d + j]`: [`weighted_sums`] of `group` classes at a time, to the bit, divided
-/// by `totals[c]`.
+/// into `means[c · d + j]`: each class's [`weighted_sum`], to the bit, `group` classes at a
+/// time, divided by `totals[c]`.
 ///
 /// Why: column by column, every column's run of rows (32 KB at 4096 rows) was read once per
 /// group of classes, and each class's weights once per column, from L2 or (at d = 64, where
@@ -1944,7 +1930,7 @@ fn class_means<S: pulp::Simd>(
             }
         }
     }
-    // The vectors after the last four, and each chain's reduction, as `weighted_sums` ends.
+    // The vectors after the last four, and each chain's reduction, as `weighted_sum` ends.
     for (j, column_acc) in acc.chunks_exact_mut(classes.max(1)).enumerate() {
         let yv = &S::as_simd_f64s(&y[j * stride..j * stride + rows]).0[..vectors];
         for ((&c, wc), a) in live.iter().zip(&w).zip(column_acc.iter_mut()) {
@@ -1957,7 +1943,7 @@ fn class_means<S: pulp::Simd>(
     }
 }
 
-/// [`weighted_sums`]' loop over vectors `p0..p1` (a multiple of 4 long) for `G` classes,
+/// [`weighted_sum`]'s loop over vectors `p0..p1` (a multiple of 4 long) for `G` classes,
 /// their four chains each in `chains` (loaded, then stored back); `y` is the column's vectors
 /// `p0..p1`, `w` every class's weights.
 #[inline(always)]
@@ -1998,38 +1984,6 @@ fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
     }
     let s = simd.add_f64s(simd.add_f64s(acc[0], acc[1]), simd.add_f64s(acc[2], acc[3]));
     simd.reduce_sum_f64s(s)
-}
-
-/// [`weighted_sum`] of `G` weight vectors against one `y`, read once for all of them: each
-/// result has the bits `weighted_sum` gives it (the same four chains, the same reduction).
-#[inline(always)]
-fn weighted_sums<S: pulp::Simd, const G: usize>(
-    simd: S,
-    w: [&[S::f64s]; G],
-    y: &[S::f64s],
-) -> [f64; G] {
-    let zero = simd.splat_f64s(0.0);
-    let mut acc = [[zero; 4]; G];
-    let n = w.iter().map(|w| w.len()).fold(y.len(), usize::min);
-    let (y, w) = (&y[..n], w.map(|w| &w[..n]));
-    let whole = n / 4 * 4;
-    for v in (0..whole).step_by(4) {
-        let yv: [S::f64s; 4] = std::array::from_fn(|l| y[v + l]);
-        for g in 0..G {
-            for l in 0..4 {
-                acc[g][l] = simd.mul_add_f64s(w[g][v + l], yv[l], acc[g][l]);
-            }
-        }
-    }
-    for l in 0..n - whole {
-        for g in 0..G {
-            acc[g][l] = simd.mul_add_f64s(w[g][whole + l], y[whole + l], acc[g][l]);
-        }
-    }
-    acc.map(|a| {
-        let s = simd.add_f64s(simd.add_f64s(a[0], a[1]), simd.add_f64s(a[2], a[3]));
-        simd.reduce_sum_f64s(s)
-    })
 }
 
 /// Rows per pass over all tiles of unit-weight rows: the tiles re-read the block's columns, so a
