@@ -430,8 +430,36 @@ pub fn group_counts(groups: &[usize], k: usize) -> Vec<usize> {
 }
 
 /// [`group_counts`] into `counts` (one per group, every value replaced), for a caller that keeps
-/// them on the stack.
+/// them on the stack. Above [`COUNT_PASSES_MAX_GROUPS`] groups (up to 16), one pass into four
+/// tallies per group, rows in turn: a pass per group costs K passes, and a run of rows of one
+/// group waits on one tally's stores only every fourth row. Scratch timing of 4096 random
+/// labels (forty-seventh round): K = 2 0.59–0.71 µs with passes against 2.1–2.4 µs with tallies
+/// (5.9–6.1 µs with `+= 1` per row); K = 4 1.2–1.4 against 1.8–2.4 µs; K = 8 2.3 against
+/// 1.5–2.4 µs; K = 10 2.9 against 1.5–1.7 µs (2.6 µs with `+= 1`).
 pub fn group_counts_into(groups: &[usize], counts: &mut [usize]) {
+    let k = counts.len();
+    if k > COUNT_PASSES_MAX_GROUPS && k <= TALLIED_MAX_GROUPS {
+        let mut tallies = [[0usize; 4]; TALLIED_MAX_GROUPS];
+        let tallies = &mut tallies[..k];
+        let quads = groups.chunks_exact(4);
+        let rest = quads.remainder();
+        for quad in quads {
+            for (lane, &g) in quad.iter().enumerate() {
+                if let Some(tally) = tallies.get_mut(g) {
+                    tally[lane] += 1;
+                }
+            }
+        }
+        for &g in rest {
+            if let Some(tally) = tallies.get_mut(g) {
+                tally[0] += 1;
+            }
+        }
+        for (count, tally) in counts.iter_mut().zip(tallies.iter()) {
+            *count = tally.iter().sum();
+        }
+        return;
+    }
     pulp::Arch::new().dispatch(
         #[inline(always)]
         || {
@@ -441,6 +469,11 @@ pub fn group_counts_into(groups: &[usize], counts: &mut [usize]) {
         },
     )
 }
+
+/// Most groups [`group_counts_into`] counts in one comparison pass each.
+const COUNT_PASSES_MAX_GROUPS: usize = 4;
+/// Most groups [`group_counts_into`] counts in tallies (on the stack); more take passes.
+const TALLIED_MAX_GROUPS: usize = 16;
 
 /// What [`grouped_sums_each_column`] calls after each column: (j, the column, its group sums).
 pub type AfterColumn<'a> = dyn FnMut(usize, &[f64], &[f64]) + 'a;
@@ -1451,8 +1484,10 @@ mod tests {
     #[test]
     fn group_counts_count_each_group_and_skip_the_rest() {
         for n in [0usize, 1, 7, 8, 9, 100, 4099] {
-            let groups: Vec<usize> = (0..n).map(|i| (i * 7 + i / 3) % 6).collect();
-            for k in [1usize, 2, 5, 6] {
+            // Groups up to 17, so that every k below leaves some rows out; k covers the
+            // passes (up to 4), the tallies (5 to 16) and passes again past them.
+            let groups: Vec<usize> = (0..n).map(|i| (i * 7 + i / 3) % 18).collect();
+            for k in [1usize, 2, 4, 5, 6, 10, 16, 17] {
                 let got = group_counts(&groups, k);
                 let mut want = vec![0; k];
                 for &g in &groups {

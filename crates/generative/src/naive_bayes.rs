@@ -68,9 +68,7 @@ impl CountStats {
     /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
     /// so a multinomial fit can check this chunk exactly and name the first bad value.
     fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) -> bool {
-        for &l in labels {
-            self.class_weights[l] += 1.0;
-        }
+        self.add_label_counts(labels);
         let negative = density::moments::grouped_sums(x, labels, self.counts.as_mut());
         negative || !self.counts.is_all_finite()
     }
@@ -83,10 +81,27 @@ impl CountStats {
         labels: &[usize],
         threshold: f64,
     ) -> bool {
-        for &l in labels {
-            self.class_weights[l] += 1.0;
-        }
+        self.add_label_counts(labels);
         density::moments::grouped_counts_above(x, labels, threshold, self.counts.as_mut())
+    }
+    /// Adds each class's number of rows in `labels` (each below K) to its weight, counted by
+    /// [`density::moments::group_counts_into`]. Why not `+= 1.0` per row: neighbouring rows
+    /// of one class made each addition wait for the last one's store (5.9 µs per chunk of 4096
+    /// rows at K = 2, about half of a multinomial fit at d = 2). Counts are exact, so the
+    /// weights of a chunk's fresh statistics are the same.
+    fn add_label_counts(&mut self, labels: &[usize]) {
+        let k = self.class_weights.len();
+        let (mut small, mut large) = ([0usize; 16], Vec::new());
+        let counts = if k <= small.len() {
+            &mut small[..k]
+        } else {
+            large.resize(k, 0);
+            &mut large[..]
+        };
+        density::moments::group_counts_into(labels, counts);
+        for (w, &c) in self.class_weights.iter_mut().zip(counts.iter()) {
+            *w += c as f64;
+        }
     }
     fn merge(&mut self, other: &Self) {
         for (a, b) in self.class_weights.iter_mut().zip(&other.class_weights) {
