@@ -434,8 +434,9 @@ pub fn group_counts(groups: &[usize], k: usize) -> Vec<usize> {
 /// tallies per group, rows in turn: a pass per group costs K passes, and a run of rows of one
 /// group waits on one tally's stores only every fourth row. Scratch timing of 4096 random
 /// labels (forty-seventh round): K = 2 0.59–0.71 µs with passes against 2.1–2.4 µs with tallies
-/// (5.9–6.1 µs with `+= 1` per row); K = 4 1.2–1.4 against 1.8–2.4 µs; K = 8 2.3 against
-/// 1.5–2.4 µs; K = 10 2.9 against 1.5–1.7 µs (2.6 µs with `+= 1`).
+/// (5.9–6.1 µs with `+= 1` per row); K = 4 1.2–1.4 against 1.8–2.4 µs; K = 6 1.8 against
+/// 1.5–2.2 µs; K = 8 2.3 against 1.5–2.4 µs; K = 10 2.9 against 1.5–1.7 µs (2.6 µs with
+/// `+= 1`).
 pub fn group_counts_into(groups: &[usize], counts: &mut [usize]) {
     let k = counts.len();
     if k > COUNT_PASSES_MAX_GROUPS && k <= TALLIED_MAX_GROUPS {

@@ -87,7 +87,7 @@ impl CountStats {
     /// Adds each class's number of rows in `labels` (each below K) to its weight, counted by
     /// [`density::moments::group_counts_into`]. Why not `+= 1.0` per row: neighbouring rows
     /// of one class made each addition wait for the last one's store (5.9 µs per chunk of 4096
-    /// rows at K = 2, about half of a multinomial fit at d = 2). Counts are exact, so the
+    /// rows at K = 2, nearly half of a multinomial fit at d = 2). Counts are exact, so the
     /// weights of a chunk's fresh statistics are the same.
     fn add_label_counts(&mut self, labels: &[usize]) {
         let k = self.class_weights.len();
