@@ -579,12 +579,20 @@ impl pulp::WithSimd for CountsAbove<'_> {
                 let g = (w * COUNTS_PER_WORD + f) as u64;
                 (simd.splat_u64s(g), simd.splat_u64s(1 << (COUNT_BITS * f)))
             });
+            // Each group's field apart, then combined by a tree of ORs (a row is in at most one
+            // group, so the code is the same as a chain of selects): the chain made each
+            // vector wait on five selects in turn, about a third of the samples of a
+            // Bernoulli fit at d = 2, K = 10.
+            const { assert!(COUNTS_PER_WORD == 5, "the tree below combines five fields") };
+            let zero = simd.splat_u64s(0);
             for (code, &id) in code_vectors.iter_mut().zip(id_vectors) {
-                let mut c = simd.splat_u64s(0);
-                for &(g, one) in &targets[..fields] {
-                    c = simd.select_u64s(simd.equal_u64s(id, g), one, c);
-                }
-                *code = c;
+                let field: [S::u64s; COUNTS_PER_WORD] = std::array::from_fn(|f| match f < fields {
+                    true => simd.select_u64s(simd.equal_u64s(id, targets[f].0), targets[f].1, zero),
+                    false => zero,
+                });
+                let low = simd.or_u64s(field[0], field[1]);
+                let high = simd.or_u64s(field[2], field[3]);
+                *code = simd.or_u64s(simd.or_u64s(low, high), field[4]);
             }
         }
         let mut counts = vec![0u64; k];
