@@ -2387,9 +2387,6 @@ mod tests {
         (mean, s)
     }
 
-    /// Several classes through one block give each class the bits of its own call, over groups
-    /// of [`CLASSES_PER_READ`] and a remainder, with weights that are zero, negligible or
-    /// uneven, and they are the two-pass formula's values.
     /// The block's class means run in passes of rows ([`class_means`]); each must keep the
     /// bits of the one-class kernel's sums over the whole column, across pass boundaries and
     /// the vectors after the last four.
@@ -2441,6 +2438,9 @@ mod tests {
         }
     }
 
+    /// Several classes through one block give each class the bits of its own call, over groups
+    /// of [`CLASSES_PER_READ`] and a remainder, with weights that are zero, negligible or
+    /// uneven, and they are the two-pass formula's values.
     #[test]
     fn classes_sharing_a_block_get_the_bits_of_one_class_at_a_time() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
