@@ -242,10 +242,9 @@ fn checked_class_counts_and_means(
     means: &mut [f64],
 ) -> Result<()> {
     let (k, d) = (counts.len(), chunk.x.ncols());
-    density::moments::group_counts_into(labels, counts);
     means.fill(0.0);
     let mut sums = MatMut::from_row_major_slice_mut(means, k, d);
-    density::moments::grouped_sums(chunk.x, labels, sums.as_mut());
+    density::moments::grouped_sums_and_counts(chunk.x, labels, sums.as_mut(), counts);
     check_through_sums(chunk, sums.as_ref())?;
     divide_by_counts(sums, counts);
     Ok(())

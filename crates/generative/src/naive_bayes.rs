@@ -64,12 +64,17 @@ impl CountStats {
         );
     }
     /// As `add_chunk` with one-hot responsibilities: each row adds to its own class only, in
-    /// one SIMD pass per column (`density::moments::grouped_sums`). Returns whether a value may
+    /// one SIMD pass per column, and the class weights are the counts of the same masks
+    /// (`density::moments::grouped_sums_and_counts`). Returns whether a value may
     /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
     /// so a multinomial fit can check this chunk exactly and name the first bad value.
     fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) -> bool {
-        self.add_label_counts(labels);
-        let negative = density::moments::grouped_sums(x, labels, self.counts.as_mut());
+        let mut counts = vec![0; self.class_weights.len()];
+        let negative =
+            density::moments::grouped_sums_and_counts(x, labels, self.counts.as_mut(), &mut counts);
+        for (w, c) in self.class_weights.iter_mut().zip(counts) {
+            *w += c as f64;
+        }
         negative || !self.counts.is_all_finite()
     }
     /// As `add_labeled_chunk`, of `x > threshold` (a Bernoulli fit's counts, without a
