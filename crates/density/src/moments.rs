@@ -421,7 +421,7 @@ pub fn grouped_sums(x: MatRef<'_, f64>, groups: &[usize], sums: MatMut<'_, f64>)
 /// [`grouped_sums`], and each group's number of rows in `groups` into `counts` (one per group,
 /// every value replaced, as [`group_counts_into`]). With AVX-512 the counts are the population
 /// counts of the masks the sums use, so they cost no pass of their own over the labels (the
-/// tallies of [`group_counts_into`] took about a sixth of a multinomial fit at d = 2, K = 10).
+/// tallies that counted them before took about a sixth of a multinomial fit at d = 2, K = 10).
 pub fn grouped_sums_and_counts(
     x: MatRef<'_, f64>,
     groups: &[usize],
@@ -437,7 +437,7 @@ pub fn grouped_sums_and_counts(
 /// Each group's number of rows: `counts[g]` = how many of `groups` equal g, for g < `k` (others
 /// are not counted). With AVX-512 and up to 255 groups, byte comparisons of 64 labels
 /// ([`byte_counts`]); otherwise one comparison pass per group with the CPU's widest SIMD, or
-/// tallies ([`group_counts_into`]), rather than `counts[g] += 1`, whose steps wait on each
+/// tallies ([`group_counts_by_words`]), rather than `counts[g] += 1`, whose steps wait on each
 /// other's stores when neighbouring rows share a group. Why the dispatch: as a plain loop it
 /// was SSE2 code, which has no 64-bit comparison (three instructions per pair of labels), about
 /// an eighth of an LDA fit at d = 2, K = 2.
@@ -610,8 +610,8 @@ fn labels_as_u64(labels: &[usize]) -> std::borrow::Cow<'_, [u64]> {
 const BYTE_MASK_LABELS: usize = 64;
 
 /// With AVX-512 and at most 255 groups, each group's masks for the AVX-512 kernels of
-/// [`Grouped`]: byte v · (group) + b of `out` (v = `labels.len()` / 8 per group) has bit i set
-/// where row 8b + i is in the group, which is the layout of AVX-512's eight-lane masks. `None`
+/// [`Grouped`]: byte v · g + b of `out` (v = `labels.len()` / 8 bytes per group) has bit i set
+/// where row 8b + i is in group g, which is the layout of AVX-512's eight-lane masks. `None`
 /// otherwise (or if `labels.len()` is not a multiple of 8).
 ///
 /// Why bytes: the labels narrowed to one byte each once, then one comparison of 64 labels and
@@ -1542,7 +1542,7 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
                 // A masked addition (one instruction with AVX-512), where adding a select of
                 // t or zero was two: a multinomial fit at d = 16, K = 10 took 0.0094, 0.0160,
                 // 0.0093 -> 0.0077, 0.0077, 0.0083 s. The same bits: a sum that starts at +0
-                // never becomes −0, and only −0 + 0 differs from −0.
+                // never becomes −0, and adding +0 changes no other value.
                 acc[g][a] = simd.select_f64s(mb[g][a], simd.add_f64s(acc[g][a], t), acc[g][a]);
             }
         }
