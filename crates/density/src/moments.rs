@@ -498,8 +498,31 @@ fn group_counts_by_words(groups: &[usize], counts: &mut [usize]) {
     )
 }
 
-/// Labels [`byte_counts`] narrows to bytes at a time, on the stack.
+/// Labels [`byte_counts`] and [`byte_masks`] narrow to bytes at a time, on the stack.
 const BYTE_COUNT_BLOCK: usize = 4096;
+
+/// `labels` (at most [`BYTE_COUNT_BLOCK`]) as bytes in `narrow`, padded with 255 to a whole
+/// number of [`BYTE_MASK_LABELS`]; returns that part of `narrow`. A label of 255 or more
+/// becomes 255, which matches no group of [`byte_mask`] when there are at most 255, nor does
+/// the padding.
+#[inline(always)]
+fn narrow_to_bytes<'n>(labels: &[usize], narrow: &'n mut [u8; BYTE_COUNT_BLOCK]) -> &'n [u8] {
+    for (t, &l) in narrow.iter_mut().zip(labels) {
+        *t = l.min(usize::from(u8::MAX)) as u8;
+    }
+    let used = labels.len().div_ceil(BYTE_MASK_LABELS) * BYTE_MASK_LABELS;
+    narrow[labels.len()..used].fill(u8::MAX);
+    &narrow[..used]
+}
+
+/// Bit i set where `labels[i]` (64 of them, narrowed by [`narrow_to_bytes`]) is `g`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn byte_mask(simd: pulp::x86::V4, labels: &[u8], g: usize) -> u64 {
+    let v: [u8; BYTE_MASK_LABELS] = std::array::from_fn(|i| labels[i]);
+    simd.avx512bw
+        ._mm512_cmpeq_epi8_mask(pulp::cast(v), simd.avx512f._mm512_set1_epi8(g as i8))
+}
 
 /// [`group_counts_into`] with AVX-512 for up to 255 groups: the labels narrowed to bytes a
 /// block at a time, then per group one comparison of 64 labels and the population count of its
@@ -521,23 +544,12 @@ fn byte_counts(groups: &[usize], counts: &mut [usize]) -> bool {
         simd.vectorize(
             #[inline(always)]
             || {
-                // A label of 255 or more becomes 255, which matches no group (k ≤ 255), nor
-                // does the padding.
                 let mut narrow = [u8::MAX; BYTE_COUNT_BLOCK];
                 for block in groups.chunks(BYTE_COUNT_BLOCK) {
-                    for (t, &l) in narrow.iter_mut().zip(block) {
-                        *t = l.min(usize::from(u8::MAX)) as u8;
-                    }
-                    let used = block.len().div_ceil(BYTE_MASK_LABELS) * BYTE_MASK_LABELS;
-                    narrow[block.len()..used].fill(u8::MAX);
+                    let narrow = narrow_to_bytes(block, &mut narrow);
                     for (g, count) in counts.iter_mut().enumerate() {
-                        let gv = simd.avx512f._mm512_set1_epi8(g as i8);
-                        let mut total = 0u32;
-                        for v in narrow[..used].chunks_exact(BYTE_MASK_LABELS) {
-                            let v: [u8; BYTE_MASK_LABELS] = std::array::from_fn(|i| v[i]);
-                            let m = simd.avx512bw._mm512_cmpeq_epi8_mask(pulp::cast(v), gv);
-                            total += m.count_ones();
-                        }
+                        let masks = narrow.chunks_exact(BYTE_MASK_LABELS);
+                        let total: u32 = masks.map(|v| byte_mask(simd, v, g).count_ones()).sum();
                         *count += total as usize;
                     }
                 }
@@ -625,32 +637,26 @@ fn byte_masks<'o>(labels: &[usize], k: usize, out: &'o mut Vec<u8>) -> Option<&'
             return None;
         }
         let vectors = labels.len() / 8;
-        // A label of 255 or more becomes 255, which matches no group (k ≤ 255), nor does the
-        // padding.
-        let mut narrow = vec![u8::MAX; labels.len().div_ceil(BYTE_MASK_LABELS) * BYTE_MASK_LABELS];
         out.clear();
-        // 8 spare bytes: a group's last store may reach up to 7 bytes past its masks, into the
-        // next group's, which that group's stores overwrite afterwards (and past the last group
-        // into the spare bytes).
-        out.resize(k * vectors + 8, 0);
+        out.resize(k * vectors, 0);
         simd.vectorize(
             #[inline(always)]
             || {
-                for (t, &l) in narrow.iter_mut().zip(labels) {
-                    *t = l.min(usize::from(u8::MAX)) as u8;
-                }
-                for g in 0..k {
-                    let gv = simd.avx512f._mm512_set1_epi8(g as i8);
-                    for (t, block) in narrow.chunks_exact(BYTE_MASK_LABELS).enumerate() {
-                        let block: [u8; BYTE_MASK_LABELS] = std::array::from_fn(|i| block[i]);
-                        let m = simd.avx512bw._mm512_cmpeq_epi8_mask(pulp::cast(block), gv);
-                        let at = g * vectors + 8 * t;
-                        out[at..at + 8].copy_from_slice(&m.to_le_bytes());
+                let mut narrow = [u8::MAX; BYTE_COUNT_BLOCK];
+                for (b, block) in labels.chunks(BYTE_COUNT_BLOCK).enumerate() {
+                    let narrow = narrow_to_bytes(block, &mut narrow);
+                    let first = b * BYTE_COUNT_BLOCK / 8;
+                    for g in 0..k {
+                        for (t, v) in narrow.chunks_exact(BYTE_MASK_LABELS).enumerate() {
+                            // The group's last mask bytes may be fewer than 8.
+                            let (at, len) = (first + 8 * t, (vectors - first - 8 * t).min(8));
+                            let out = &mut out[g * vectors + at..][..len];
+                            out.copy_from_slice(&byte_mask(simd, v, g).to_le_bytes()[..len]);
+                        }
                     }
                 }
             },
         );
-        out.truncate(k * vectors);
         Some(out)
     }
     #[cfg(not(target_arch = "x86_64"))]

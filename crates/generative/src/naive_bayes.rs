@@ -72,9 +72,7 @@ impl CountStats {
         let mut counts = vec![0; self.class_weights.len()];
         let negative =
             density::moments::grouped_sums_and_counts(x, labels, self.counts.as_mut(), &mut counts);
-        for (w, c) in self.class_weights.iter_mut().zip(counts) {
-            *w += c as f64;
-        }
+        self.add_class_counts(&counts);
         negative || !self.counts.is_all_finite()
     }
     /// As `add_labeled_chunk`, of `x > threshold` (a Bernoulli fit's counts, without a
@@ -96,7 +94,11 @@ impl CountStats {
     /// weights of a chunk's fresh statistics are the same.
     fn add_label_counts(&mut self, labels: &[usize]) {
         let counts = density::moments::group_counts(labels, self.class_weights.len());
-        for (w, c) in self.class_weights.iter_mut().zip(counts) {
+        self.add_class_counts(&counts);
+    }
+    /// Adds each class's number of rows to its weight.
+    fn add_class_counts(&mut self, counts: &[usize]) {
+        for (w, &c) in self.class_weights.iter_mut().zip(counts) {
             *w += c as f64;
         }
     }
