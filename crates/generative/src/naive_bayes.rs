@@ -76,7 +76,8 @@ impl CountStats {
         negative || !self.counts.is_all_finite()
     }
     /// As `add_labeled_chunk`, of `x > threshold` (a Bernoulli fit's counts, without a
-    /// binarised copy of the chunk). Returns whether a value is not finite, so that the fit can
+    /// binarised copy of the chunk; `density::moments::grouped_counts_above_and_counts`, whose
+    /// row counts, with AVX-512, are the population counts of the masks it counts by). Returns whether a value is not finite, so that the fit can
     /// check this chunk and name it.
     fn add_labeled_chunk_above(
         &mut self,
@@ -84,19 +85,21 @@ impl CountStats {
         labels: &[usize],
         threshold: f64,
     ) -> bool {
-        self.add_label_counts(labels);
-        density::moments::grouped_counts_above(x, labels, threshold, self.counts.as_mut())
-    }
-    /// Adds each class's number of rows in `labels` (each below K) to its weight, counted by
-    /// [`density::moments::group_counts`]. Why not `+= 1.0` per row: neighbouring rows
-    /// of one class made each addition wait for the last one's store (5.9 µs per chunk of 4096
-    /// rows at K = 2, nearly half of a multinomial fit at d = 2). Counts are exact, so the
-    /// weights of a chunk's fresh statistics are the same.
-    fn add_label_counts(&mut self, labels: &[usize]) {
-        let counts = density::moments::group_counts(labels, self.class_weights.len());
+        let mut counts = vec![0; self.class_weights.len()];
+        let not_finite = density::moments::grouped_counts_above_and_counts(
+            x,
+            labels,
+            threshold,
+            self.counts.as_mut(),
+            &mut counts,
+        );
         self.add_class_counts(&counts);
+        not_finite
     }
-    /// Adds each class's number of rows to its weight.
+    /// Adds each class's number of rows to its weight. Why counts, not `+= 1.0` per row:
+    /// neighbouring rows of one class made each addition wait for the last one's store (5.9 µs
+    /// per chunk of 4096 rows at K = 2, nearly half of a multinomial fit at d = 2). Counts are
+    /// exact, so the weights of a chunk's fresh statistics are the same.
     fn add_class_counts(&mut self, counts: &[usize]) {
         for (w, &c) in self.class_weights.iter_mut().zip(counts) {
             *w += c as f64;
