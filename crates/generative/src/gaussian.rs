@@ -207,9 +207,12 @@ impl LinearDiscriminant {
 }
 
 /// Up to this many classes, a labeled diagonal fit sums each class's values by mask in place;
-/// with more, it first copies the chunk in class order (measured at d = 16 and 64: in place is
-/// faster at K = 2, the copy at K = 10).
-const IN_PLACE_MAX_CLASSES: usize = 2;
+/// with more, it first splits each column by class. Measured again after the masked additions
+/// and byte masks (forty-ninth round, `profile gnb-fit D K`): in place is faster up to 4 classes
+/// (d = 16, K = 3 0.0131 → 0.0087 s, K = 4 0.0144 → 0.0103 s; d = 64, K = 4 0.059 → 0.039 s;
+/// d = 2, K = 3 0.0019 → 0.0012 s) and slower from 5, where the AVX-512 sums take a second pass
+/// per column (d = 16, K = 5 0.0114 → 0.0173 s; d = 2, K = 10 0.0024 → 0.0042 s).
+const IN_PLACE_MAX_CLASSES: usize = 4;
 
 /// Up to this many classes, and this many masked products per row (K · d(d + 1)/2), a labeled
 /// full-covariance fit sums each class's products of deviations by mask instead of grouping
@@ -683,9 +686,8 @@ impl Checked<GaussianParams> {
         // Diagonal statistics of labeled rows with few classes: each class's sums, then its
         // squared deviations, in two SIMD passes over each column (the second while it is
         // in L1), with no grouping and no copy; the sums also check the values. With more
-        // classes each pass costs K masked operations per value, and the class blocks
-        // below win (against a copy in class order, d = 16 and 64: 1.2-2x faster at
-        // K = 2, 1.4-1.8x slower at K = 10).
+        // classes each pass costs K masked operations per value, and the class splits below
+        // win (see `IN_PLACE_MAX_CLASSES`).
         if let Some(labels) = chunk.labels
             && kind == ScatterKind::Diagonal
             && k <= IN_PLACE_MAX_CLASSES

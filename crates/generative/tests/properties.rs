@@ -58,7 +58,8 @@ fn qda_parameters_equal_sample_means_and_covariances() {
 }
 
 /// LDA's shared covariance is the textbook pooled one, Σ_k Σ_{i ∈ k} (x_i − μ_k)(x_i − μ_k)ᵀ / n,
-/// and QDA's each class's own, over 35 chunks of rows (their class means differ, so the
+/// QDA's each class's own, and Gaussian NB's (without variance smoothing) their diagonals
+/// (labeled: by masks up to 4 classes, by class splits at 6), over 35 chunks of rows (their class means differ, so the
 /// merges' corrections matter; runs of 2 chunks are merged by a worker before the runs are):
 /// from labels (LDA: each chunk's classes scattered about their own chunk means in one pass),
 /// from the same labels as one-hot responsibilities, and from a mixture of the two sets; and
@@ -105,8 +106,17 @@ fn gaussian_covariances_are_the_sample_ones_over_many_chunks() {
         pooled /= faer::Scale(n as f64);
         let resp = model::one_hot(&y, k).unwrap();
         let half = n / 2;
-        for structure in [CovarianceStructure::Tied, CovarianceStructure::Full] {
-            let spec = GaussianParams::with_structure(structure).check().unwrap();
+        for structure in [
+            CovarianceStructure::Tied,
+            CovarianceStructure::Full,
+            CovarianceStructure::Diagonal,
+        ] {
+            // No variance smoothing, so that the diagonal is the sample variances alone.
+            let spec = GaussianParams {
+                var_smoothing: 0.0,
+                ..GaussianParams::with_structure(structure)
+            };
+            let spec = spec.check().unwrap();
             let fits = |threads| {
                 on_threads(threads, || {
                     [
@@ -144,6 +154,10 @@ fn gaussian_covariances_are_the_sample_ones_over_many_chunks() {
                 for c in 0..k {
                     let want = match structure {
                         CovarianceStructure::Tied => pooled.clone(),
+                        CovarianceStructure::Diagonal => Mat::from_fn(d, d, |a, b| match a == b {
+                            true => scatters[c][(a, a)] / counts[c],
+                            false => 0.0,
+                        }),
                         _ => &scatters[c] / faer::Scale(counts[c]),
                     };
                     let cov = m.covariance(c);
