@@ -77,8 +77,8 @@ impl CountStats {
     }
     /// As `add_labeled_chunk`, of `x > threshold` (a Bernoulli fit's counts, without a
     /// binarised copy of the chunk; `density::moments::grouped_counts_above_and_counts`, whose
-    /// row counts, with AVX-512, are the population counts of the masks it counts by). Returns whether a value is not finite, so that the fit can
-    /// check this chunk and name it.
+    /// row counts, with AVX-512, are the population counts of the masks it counts by). Returns
+    /// whether a value is not finite, so that the fit can check this chunk and name it.
     fn add_labeled_chunk_above(
         &mut self,
         x: MatRef<'_, f64>,
