@@ -1247,13 +1247,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
             Some(bytes) if counts.len() == k => {
                 for (g, count) in counts.iter_mut().enumerate() {
                     let group = &bytes[g * vectors..(g + 1) * vectors];
-                    let words = group.chunks_exact(8);
-                    let rest = words.remainder();
-                    *count = words
-                        .map(|w| u64::from_le_bytes(std::array::from_fn(|i| w[i])).count_ones())
-                        .chain(rest.iter().map(|m| m.count_ones()))
-                        .map(|c| c as usize)
-                        .sum();
+                    *count = and_count_ones(group, group);
                 }
                 for &g in &groups[whole..n] {
                     if let Some(count) = counts.get_mut(g) {
