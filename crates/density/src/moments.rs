@@ -656,15 +656,11 @@ fn counts_above_by_bytes(
         let vectors = whole / 8;
         let mut mask_bytes = Vec::new();
         let masks = byte_masks(&groups[..whole], k, &mut mask_bytes)?;
-        let (rest_x, rest_groups) = (whole..n, &groups[whole..n]);
+        let rest_groups = &groups[whole..n];
         Some(simd.vectorize(
             #[inline(always)]
             || {
-                for (g, count) in counts.iter_mut().enumerate() {
-                    let own = &masks[g * vectors..(g + 1) * vectors];
-                    let rest = rest_groups.iter().filter(|&&l| l == g).count();
-                    *count = and_count_ones(own, own) + rest;
-                }
+                counts_from_masks(masks, vectors, rest_groups, counts);
                 let mut above = vec![0u8; TOUCHED_COLUMNS * vectors];
                 let mut not_finite = false;
                 for j0 in (0..d).step_by(TOUCHED_COLUMNS) {
@@ -680,7 +676,7 @@ fn counts_above_by_bytes(
                     };
                     for (c, col) in cols.iter().enumerate() {
                         let bits = &above[c * vectors..(c + 1) * vectors];
-                        let rest = &col[rest_x.clone()];
+                        let rest = &col[whole..n];
                         not_finite |= rest.iter().any(|v| !v.is_finite());
                         for g in 0..k {
                             let own = &masks[g * vectors..(g + 1) * vectors];
@@ -727,6 +723,22 @@ fn above_bytes<const C: usize>(
         }
     }
     any_bit_set::<pulp::x86::V4>(bad)
+}
+
+/// Each group's number of rows, into `counts` (every value replaced): the bits set in its
+/// masks (`masks`, [`byte_masks`]' layout of `vectors` bytes per group) and its labels among
+/// `rest`, the rows after the masked ones.
+#[inline(always)]
+fn counts_from_masks(masks: &[u8], vectors: usize, rest: &[usize], counts: &mut [usize]) {
+    for (g, count) in counts.iter_mut().enumerate() {
+        let own = &masks[g * vectors..(g + 1) * vectors];
+        *count = and_count_ones(own, own);
+    }
+    for &g in rest {
+        if let Some(count) = counts.get_mut(g) {
+            *count += 1;
+        }
+    }
 }
 
 /// The number of bits set in both `a` and `b` (of the same length), 64 at a time. Plain loops,
@@ -1245,15 +1257,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     if let Some(counts) = counts {
         match bytes {
             Some(bytes) if counts.len() == k => {
-                for (g, count) in counts.iter_mut().enumerate() {
-                    let group = &bytes[g * vectors..(g + 1) * vectors];
-                    *count = and_count_ones(group, group);
-                }
-                for &g in &groups[whole..n] {
-                    if let Some(count) = counts.get_mut(g) {
-                        *count += 1;
-                    }
-                }
+                counts_from_masks(bytes, vectors, &groups[whole..n], counts);
             }
             _ => group_counts_into(&groups[..n], counts),
         }
