@@ -461,6 +461,21 @@ fn em_iteration<S: WeightedFit + Clone>(
     k: usize,
     reps: usize,
 ) -> Result<f64, String> {
+    let timed = timed_em_fit(spec, x, y, k, None)?;
+    timed()?; // warm-up
+    Ok(median(gated(reps, timed)?))
+}
+
+/// The fit [`em_iteration`] times: EM with `max_iter` [`EM_TIMED_FIT_ITERATIONS`] from 2d + 5
+/// labeled rows per class (the first of `x`'s rows of each class; all of `x` unlabeled), λ =
+/// `lambda` (EM's default when `None`), returning the mean of its middle iterations.
+fn timed_em_fit<'a, S: WeightedFit + Clone + 'a>(
+    spec: &S,
+    x: MatRef<'a, f64>,
+    y: &[usize],
+    k: usize,
+    lambda: Option<f64>,
+) -> Result<impl Fn() -> Result<f64, String> + 'a, String> {
     let mut picked = vec![0usize; k];
     let lab: Vec<usize> = (0..x.nrows())
         .filter(|&i| {
@@ -470,16 +485,16 @@ fn em_iteration<S: WeightedFit + Clone>(
         .collect();
     let xl = Mat::from_fn(lab.len(), x.ncols(), |i, j| x[(lab[i], j)]);
     let yl: Vec<usize> = lab.iter().map(|i| y[*i]).collect();
-    let em = SemiSupervisedEm::new(
-        spec.clone(),
-        EmParams {
-            max_iter: EM_TIMED_FIT_ITERATIONS,
-            tol: 0.0,
-            ..Default::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let timed = || -> Result<f64, String> {
+    let mut params = EmParams {
+        max_iter: EM_TIMED_FIT_ITERATIONS,
+        tol: 0.0,
+        ..Default::default()
+    };
+    if let Some(lambda) = lambda {
+        params.lambda = Lambda::Fixed(lambda);
+    }
+    let em = SemiSupervisedEm::new(spec.clone(), params).map_err(|e| e.to_string())?;
+    Ok(move || -> Result<f64, String> {
         let MarkedFit { fit, marks, .. } = fit_with_marks(&em, xl.as_ref(), &yl, k, x)?;
         middle_iterations_mean(&marks).ok_or_else(|| {
             format!(
@@ -489,9 +504,7 @@ fn em_iteration<S: WeightedFit + Clone>(
                 fit.report.warnings
             )
         })
-    };
-    timed()?; // warm-up
-    Ok(median(gated(reps, timed)?))
+    })
 }
 
 /// A fit timed by [`fit_with_marks`].
@@ -1103,12 +1116,18 @@ fn floor_work(op: &str, n: usize, d: usize, k: usize) -> Option<(f64, f64)> {
 }
 
 /// Five semi-supervised EM iterations of QDA at n = 1,000,000 (to run under a profiler).
+/// `bernoulli` and `multinomial` time naive Bayes EM iterations on counts instead.
 pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
     let structure = match structure {
         "full" => CovarianceStructure::Full,
         "diag" => CovarianceStructure::Diagonal,
         "tied" => CovarianceStructure::Tied,
-        other => return Err(format!("expected full, diag or tied, got {other:?}")),
+        "bernoulli" | "multinomial" => return profile_naive_bayes_em(d, k, structure),
+        other => {
+            return Err(format!(
+                "expected full, diag, tied, bernoulli or multinomial, got {other:?}"
+            ));
+        }
     };
     let (x, y) = gaussian_data(1_000_000, d, k, 0);
     // `PROFILE_ROW_MAJOR=1` fits the same rows laid out row-major, as `ssl-cli` reads them from a
@@ -1197,6 +1216,49 @@ pub fn profile_em(d: usize, k: usize, structure: &str) -> Result<(), String> {
         t.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// Naive Bayes EM iterations at n = 1,000,000 on the benchmark's counts: the mean of the middle
+/// iterations of fits as `bench` times them, fastest of 5 (no host gate), for each λ
+/// (`PROFILE_LAMBDA`, 0.5 by default: unlabeled weights scaled, as a semi-supervised fit does).
+fn profile_naive_bayes_em(d: usize, k: usize, model: &str) -> Result<(), String> {
+    let (x, y) = count_data(1_000_000, d, k, 0);
+    let lambda = match std::env::var("PROFILE_LAMBDA") {
+        Ok(v) => v
+            .parse::<f64>()
+            .map_err(|e| format!("PROFILE_LAMBDA={v:?}: {e}"))?,
+        Err(_) => 0.5,
+    };
+    let reps = 5;
+    let per_iter = if model == "bernoulli" {
+        let spec = BernoulliNbParams::default()
+            .check()
+            .map_err(|e| e.to_string())?;
+        naive_bayes_em_iterations(&spec, x.as_ref(), &y, k, lambda, reps)?
+    } else {
+        let spec = MultinomialNbParams::default()
+            .check()
+            .map_err(|e| e.to_string())?;
+        naive_bayes_em_iterations(&spec, x.as_ref(), &y, k, lambda, reps)?
+    };
+    for t in &per_iter {
+        eprintln!("{model} EM iteration d={d} k={k} λ={lambda}: {t:.5} s");
+    }
+    Ok(())
+}
+
+/// [`timed_em_fit`] with λ = `lambda`, `reps` times after a warm-up, ungated.
+fn naive_bayes_em_iterations<S: WeightedFit + Clone>(
+    spec: &S,
+    x: MatRef<'_, f64>,
+    y: &[usize],
+    k: usize,
+    lambda: f64,
+    reps: usize,
+) -> Result<Vec<f64>, String> {
+    let timed = timed_em_fit(spec, x, y, k, Some(lambda))?;
+    timed()?; // warm-up
+    (0..reps).map(|_| timed()).collect()
 }
 
 /// Repeated fit or predict_proba of one classifier at n = 1,000,000 (for a profiler):

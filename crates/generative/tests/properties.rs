@@ -1736,3 +1736,113 @@ fn split_gaussian_fits_finish_with_the_bits_of_fit_sets() {
     .unwrap();
     assert!(lw.split().is_none());
 }
+
+/// A split naive Bayes fit (Bernoulli, multinomial) finishes with the model `fit_sets` gives,
+/// bit for bit, from labeled sets and weighted ones (soft, and dense one-hot) together and with
+/// each set's runs folded apart and put end to end (as EM takes the unlabeled rows' in its
+/// E-step); a bad value in a weighted set is the same error both ways, and so is an empty class.
+#[test]
+fn split_count_fits_finish_with_the_bits_of_fit_sets() {
+    use generative::split::fold_split;
+    // Counts 0..=4 that lean to each row's class by feature.
+    let counts = |n: usize, d: usize, k: usize, seed: usize| {
+        let y: Vec<usize> = (0..n).map(|i| (i * 7 + seed) % k).collect();
+        let x = Mat::from_fn(n, d, |i, j| {
+            ((i * 13 + j * 5 + seed + 3 * y[i] * j) % 5) as f64
+        });
+        (x, y)
+    };
+    for (d, k) in [(3, 4), (2, 10), (5, 2)] {
+        let (x_l, y_l) = counts(700, d, k, 1);
+        let (x_u, y_u) = counts(33 * 4096 + 123, d, k, 2);
+        let resp_u = Mat::from_fn(x_u.nrows(), k, |i, c| {
+            0.05 + 0.1 * ((i * 7 + c * 3) % 5) as f64 + if c == y_u[i] { 0.25 } else { 0.0 }
+        });
+        let (x_h, y_h) = counts(5000, d, k, 3);
+        let dense = one_hot(&y_h, k).unwrap();
+        let sets = [
+            WeightedRows::labeled(x_l.as_ref(), &y_l, k),
+            WeightedRows::weighted(x_u.as_ref(), resp_u.as_ref()),
+            WeightedRows::weighted(x_h.as_ref(), dense.as_ref()),
+        ];
+        // A negative count (multinomial) and a NaN (Bernoulli) in the weighted set.
+        let (mut negative, mut nan) = (x_u.clone(), x_u.clone());
+        negative[(4096 * 5 + 17, d - 1)] = -1.0;
+        nan[(4096 * 7 + 5, d - 1)] = f64::NAN;
+        let negative = [
+            WeightedRows::labeled(x_l.as_ref(), &y_l, k),
+            WeightedRows::weighted(negative.as_ref(), resp_u.as_ref()),
+        ];
+        let nan = [
+            WeightedRows::labeled(x_l.as_ref(), &y_l, k),
+            WeightedRows::weighted(nan.as_ref(), resp_u.as_ref()),
+        ];
+        // The last class weighs nothing anywhere.
+        let y_short: Vec<usize> = y_l.iter().map(|&y| y % (k - 1)).collect();
+        let empty = [WeightedRows::labeled(x_l.as_ref(), &y_short, k)];
+        fn check<S: WeightedFit>(
+            spec: &S,
+            sets: &[WeightedRows<'_>],
+            bad: &[WeightedRows<'_>],
+            empty: &[WeightedRows<'_>],
+            case: &str,
+        ) where
+            S::Model: serde::Serialize,
+        {
+            let (d, k) = (sets[0].x.ncols(), sets[0].resp.ncols());
+            let want = serde_json::to_string(&spec.fit_sets(sets).unwrap()).unwrap();
+            let split = spec.split().expect(case);
+            let runs = fold_split(split, sets).unwrap();
+            let got = split.finish(runs, d, k).unwrap();
+            assert_eq!(serde_json::to_string(&got).unwrap(), want, "{case}");
+            let mut runs = Vec::new();
+            for set in sets {
+                runs.extend(fold_split(split, std::slice::from_ref(set)).unwrap());
+            }
+            let got = split.finish(runs, d, k).unwrap();
+            assert_eq!(serde_json::to_string(&got).unwrap(), want, "{case}, apart");
+            let apart = spec.fit_sets(bad).map(|_| ()).unwrap_err();
+            let split_err = fold_split(split, bad).map(|_| ()).unwrap_err();
+            assert_eq!(
+                format!("{split_err:?}"),
+                format!("{apart:?}"),
+                "{case}, bad"
+            );
+            let apart = spec.fit_sets(empty).map(|_| ()).unwrap_err();
+            let runs = fold_split(split, empty).unwrap();
+            let split_err = split.finish(runs, d, k).map(|_| ()).unwrap_err();
+            assert_eq!(
+                format!("{split_err:?}"),
+                format!("{apart:?}"),
+                "{case}, empty"
+            );
+            assert_eq!(
+                apart,
+                GenerativeError::EmptyClass { class: k - 1 },
+                "{case}"
+            );
+        }
+        let case = format!("d = {d}, K = {k}");
+        let bernoulli = BernoulliNbParams {
+            binarize: Some(1.5),
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        check(
+            &bernoulli,
+            &sets,
+            &nan,
+            &empty,
+            &format!("Bernoulli, {case}"),
+        );
+        let multinomial = MultinomialNbParams::default().check().unwrap();
+        check(
+            &multinomial,
+            &sets,
+            &negative,
+            &empty,
+            &format!("multinomial, {case}"),
+        );
+    }
+}

@@ -1091,6 +1091,29 @@ mod tests {
         }
     }
 
+    /// Unlabeled rows of counts (4 features) from three overlapping Poisson classes (seeded),
+    /// and 10 labeled rows of each.
+    fn three_count_groups(n_u: usize) -> (Mat<f64>, Vec<usize>, Mat<f64>) {
+        use rand::SeedableRng;
+        use rand_distr::{Distribution, Poisson};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let rates = [
+            [3.0, 1.0, 0.5, 0.2],
+            [1.0, 3.0, 0.5, 1.0],
+            [0.5, 0.8, 2.5, 1.5],
+        ];
+        let mut draw = |n: usize| {
+            let y: Vec<usize> = (0..n).map(|i| i % 3).collect();
+            let x = Mat::from_fn(n, 4, |i, j| {
+                Poisson::new(rates[y[i]][j]).map_or(0.0, |p| p.sample(&mut rng))
+            });
+            (x, y)
+        };
+        let (x_l, y_l) = draw(30);
+        let (x_u, _) = draw(n_u);
+        (x_l, y_l, x_u)
+    }
+
     /// Unlabeled rows from three overlapping Gaussians (seeded), and 10 labeled rows of each.
     fn three_groups(n_u: usize) -> (Mat<f64>, Vec<usize>, Mat<f64>) {
         use rand::SeedableRng;
@@ -1133,57 +1156,89 @@ mod tests {
             CovarianceStructure::Tied,
         ] {
             let spec = GaussianParams::with_structure(structure).check().unwrap();
-            assert!(spec.split().is_some());
-            for (max_iter, tol) in [(3, 0.0), (40, 1e-4)] {
-                let params = EmParams {
-                    max_iter,
-                    tol,
-                    ..Default::default()
-                };
-                let split = SemiSupervisedEm::new(spec.clone(), params.clone()).unwrap();
-                let apart = SemiSupervisedEm::new(Unsplit(spec.clone()), params).unwrap();
-                for lambda in [0.5, 1.0] {
-                    for components in [vec![1, 1, 1], vec![2, 1, 1]] {
-                        let case =
-                            format!("{structure:?}, λ = {lambda}, {components:?}, tol {tol}");
-                        let mut a = split
-                            .run(&data, lambda, &components, &mut |_| {}, true)
-                            .unwrap();
-                        let mut b = apart
-                            .run(&data, lambda, &components, &mut |_| {}, true)
-                            .unwrap();
-                        assert!(a.warnings.is_empty(), "{case}: {:?}", a.warnings);
-                        assert_eq!(a.iterations, b.iterations, "{case}");
-                        if tol > 0.0 {
-                            assert!(a.converged && a.iterations < max_iter, "{case}");
-                        } else {
-                            assert_eq!(a.iterations, max_iter, "{case}");
-                        }
-                        let objectives = |r: &Run<_>| -> Vec<u64> {
-                            r.trace.iter().map(|t| t.objective.to_bits()).collect()
-                        };
-                        assert_eq!(objectives(&a), objectives(&b), "{case}");
-                        assert_eq!(a.log_lik.to_bits(), b.log_lik.to_bits(), "{case}");
-                        // Debug prints each f64 as the shortest string that reads back to it.
-                        assert_eq!(format!("{:?}", a.model), format!("{:?}", b.model), "{case}");
-                        // A run whose posteriors nobody takes (cross-validation, BIC) is the
-                        // same run, and forms none.
-                        let mut c = split
-                            .run(&data, lambda, &components, &mut |_| {}, false)
-                            .unwrap();
-                        assert_eq!(objectives(&c), objectives(&a), "{case}, not kept");
-                        assert_eq!(format!("{:?}", c.model), format!("{:?}", a.model), "{case}");
-                        assert_eq!(c.take_unlabeled_posteriors().nrows(), 0, "{case}");
-                        let (pa, pb) =
-                            (a.take_unlabeled_posteriors(), b.take_unlabeled_posteriors());
-                        for k in 0..3 {
-                            for i in 0..n_u {
-                                assert_eq!(
-                                    pa[(i, k)].to_bits(),
-                                    pb[(i, k)].to_bits(),
-                                    "{case}: ({i}, {k})"
-                                );
-                            }
+            assert_split_runs_are_the_runs_apart(spec, &data, 40, &format!("{structure:?}"));
+        }
+    }
+
+    /// The same for the naive Bayes fits of counts (Bernoulli and multinomial), whose split
+    /// fits add each chunk's weighted counts in the E-step's pass.
+    #[test]
+    fn naive_bayes_split_fits_give_the_bits_of_a_separate_fit() {
+        use generative::{BernoulliNbParams, HyperParams, MultinomialNbParams};
+        let n_u = 33 * CHUNK_ROWS + 1001;
+        let (x_l, y_l, x_u) = three_count_groups(n_u);
+        let data = Data {
+            x_l: x_l.as_ref(),
+            y_l: &y_l,
+            n_classes: 3,
+            x_u: x_u.as_ref(),
+        };
+        let spec = BernoulliNbParams::default().check().unwrap();
+        assert_split_runs_are_the_runs_apart(spec, &data, 200, "Bernoulli");
+        let spec = MultinomialNbParams::default().check().unwrap();
+        assert_split_runs_are_the_runs_apart(spec, &data, 200, "multinomial");
+    }
+
+    /// Runs `spec` (which must have a split fit) with its split and without it on `data`, for
+    /// λ = 0.5 and 1, one and two components for the first class, 3 iterations and up to
+    /// `max_iter` with a tolerance (which must converge), and asserts the same bits everywhere.
+    fn assert_split_runs_are_the_runs_apart<S>(
+        spec: S,
+        data: &Data<'_>,
+        max_iter: usize,
+        what: &str,
+    ) where
+        S: WeightedFit + Clone,
+        S::Model: std::fmt::Debug,
+    {
+        assert!(spec.split().is_some(), "{what}");
+        for (max_iter, tol) in [(3, 0.0), (max_iter, 1e-4)] {
+            let params = EmParams {
+                max_iter,
+                tol,
+                ..Default::default()
+            };
+            let split = SemiSupervisedEm::new(spec.clone(), params.clone()).unwrap();
+            let apart = SemiSupervisedEm::new(Unsplit(spec.clone()), params).unwrap();
+            for lambda in [0.5, 1.0] {
+                for components in [vec![1, 1, 1], vec![2, 1, 1]] {
+                    let case = format!("{what}, λ = {lambda}, {components:?}, tol {tol}");
+                    let mut a = split
+                        .run(data, lambda, &components, &mut |_| {}, true)
+                        .unwrap();
+                    let mut b = apart
+                        .run(data, lambda, &components, &mut |_| {}, true)
+                        .unwrap();
+                    assert!(a.warnings.is_empty(), "{case}: {:?}", a.warnings);
+                    assert_eq!(a.iterations, b.iterations, "{case}");
+                    if tol > 0.0 {
+                        assert!(a.converged && a.iterations < max_iter, "{case}");
+                    } else {
+                        assert_eq!(a.iterations, max_iter, "{case}");
+                    }
+                    let objectives = |r: &Run<_>| -> Vec<u64> {
+                        r.trace.iter().map(|t| t.objective.to_bits()).collect()
+                    };
+                    assert_eq!(objectives(&a), objectives(&b), "{case}");
+                    assert_eq!(a.log_lik.to_bits(), b.log_lik.to_bits(), "{case}");
+                    // Debug prints each f64 as the shortest string that reads back to it.
+                    assert_eq!(format!("{:?}", a.model), format!("{:?}", b.model), "{case}");
+                    // A run whose posteriors nobody takes (cross-validation, BIC) is the
+                    // same run, and forms none.
+                    let mut c = split
+                        .run(data, lambda, &components, &mut |_| {}, false)
+                        .unwrap();
+                    assert_eq!(objectives(&c), objectives(&a), "{case}, not kept");
+                    assert_eq!(format!("{:?}", c.model), format!("{:?}", a.model), "{case}");
+                    assert_eq!(c.take_unlabeled_posteriors().nrows(), 0, "{case}");
+                    let (pa, pb) = (a.take_unlabeled_posteriors(), b.take_unlabeled_posteriors());
+                    for k in 0..data.n_classes {
+                        for i in 0..data.x_u.nrows() {
+                            assert_eq!(
+                                pa[(i, k)].to_bits(),
+                                pb[(i, k)].to_bits(),
+                                "{case}: ({i}, {k})"
+                            );
                         }
                     }
                 }
