@@ -137,7 +137,8 @@ impl CountStats {
         self.counts += &other.counts;
     }
     /// One chunk's statistics, for `fit_sets` and the split fit alike. Runs `prepare` (e.g.
-    /// binarising) on a weighted chunk first. With `check_counts` (multinomial), values must be
+    /// binarising) on a weighted chunk first, which writes its copy into the worker's `buffer`
+    /// and says whether it did. With `check_counts` (multinomial), values must be
     /// finite counts (≥ 0): the check is fused into the counting pass of labeled chunks, where
     /// it replaces the finiteness check, and runs before counting weighted ones. With `above`
     /// (Bernoulli's threshold), labeled chunks are counted above it in one pass that also sees
@@ -147,11 +148,12 @@ impl CountStats {
         k: usize,
         d: usize,
         prepare: F,
+        buffer: &mut Mat<f64>,
         check_counts: bool,
         above: Option<f64>,
     ) -> Result<Self>
     where
-        F: Fn(MatRef<'_, f64>, usize) -> Result<Option<Mat<f64>>>,
+        F: Fn(MatRef<'_, f64>, usize, &mut Mat<f64>) -> Result<bool>,
     {
         let mut st = CountStats::zeros(k, d);
         if let (Some(labels), true) = (chunk.labels, check_counts) {
@@ -170,8 +172,11 @@ impl CountStats {
         if check_counts {
             check_non_negative(chunk.x, chunk.first_row)?;
         }
-        let prepared = prepare(chunk.x, chunk.first_row)?;
-        let x = prepared.as_ref().map_or(chunk.x, |xb| xb.as_ref());
+        let x = if prepare(chunk.x, chunk.first_row, buffer)? {
+            buffer.as_ref()
+        } else {
+            chunk.x
+        };
         match chunk.labels {
             Some(labels) => {
                 st.add_labeled_chunk(x, labels);
@@ -193,13 +198,13 @@ impl CountStats {
         above: Option<f64>,
     ) -> Result<Vec<Self>>
     where
-        F: Fn(MatRef<'_, f64>, usize) -> Result<Option<Mat<f64>>> + Sync,
+        F: Fn(MatRef<'_, f64>, usize, &mut Mat<f64>) -> Result<bool> + Sync,
     {
         fold_chunks_by_label_with(
             sets,
             COUNT_RUN,
-            || (),
-            |_, chunk| Self::of_chunk(&chunk, k, d, &prepare, check_counts, above),
+            Mat::new,
+            |buffer, chunk| Self::of_chunk(&chunk, k, d, &prepare, buffer, check_counts, above),
             |_, acc, part| acc.merge(&part),
         )
     }
@@ -229,6 +234,15 @@ const COUNT_RUN: usize = 1;
 /// the model's closed form.
 fn count_partial(chunk: Result<CountStats>) -> Result<Partial> {
     chunk.map(Partial::new)
+}
+
+/// A split count fit's scratch: the worker's buffer for [`CountStats::of_chunk`].
+fn count_buffer(scratch: &mut Scratch) -> Result<&mut Mat<f64>> {
+    scratch
+        .get_mut::<Mat<f64>>()
+        .ok_or(GenerativeError::Internal {
+            what: "another model's scratch handed to a naive Bayes fit",
+        })
 }
 
 fn merge_count_partials(acc: &mut Partial, part: Partial) {
@@ -313,7 +327,24 @@ fn binarize_chunk(
     threshold: Option<f64>,
     first_row: usize,
 ) -> Result<Mat<f64>> {
-    let mut out = Mat::zeros(x.nrows(), x.ncols());
+    let mut out = Mat::new();
+    binarize_chunk_into(x, threshold, first_row, &mut out)?;
+    Ok(out)
+}
+
+/// [`binarize_chunk`] into `out`, reshaped (and zeroed) only when its shape is not `x`'s: a
+/// fit's workers keep one from chunk to chunk. A new 4096 × d matrix per chunk was a fresh
+/// allocation from the system (2 MB at d = 64), its pages cleared by the kernel on first touch,
+/// in every chunk of every EM iteration.
+fn binarize_chunk_into(
+    x: MatRef<'_, f64>,
+    threshold: Option<f64>,
+    first_row: usize,
+    out: &mut Mat<f64>,
+) -> Result<()> {
+    if (out.nrows(), out.ncols()) != (x.nrows(), x.ncols()) {
+        *out = Mat::zeros(x.nrows(), x.ncols());
+    }
     let mut scratch = Vec::new();
     for j in 0..x.ncols() {
         let col = column(x, j, &mut scratch);
@@ -352,7 +383,7 @@ fn binarize_chunk(
             });
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Fitted Bernoulli naive Bayes.
@@ -379,7 +410,7 @@ impl WeightedFit for Checked<BernoulliNbParams> {
             sets,
             k,
             d,
-            |x, r0| binarize_chunk(x, self.binarize, r0).map(Some),
+            |x, r0, out| binarize_chunk_into(x, self.binarize, r0, out).map(|()| true),
             false,
             self.binarize,
         )?;
@@ -397,12 +428,12 @@ impl SplitFit<BernoulliNaiveBayes> for Checked<BernoulliNbParams> {
     }
 
     fn scratch(&self) -> Scratch {
-        Scratch::new(())
+        Scratch::new(Mat::<f64>::new())
     }
 
     fn chunk_partial(
         &self,
-        _: &mut Scratch,
+        scratch: &mut Scratch,
         chunk: Chunk<'_>,
         d: usize,
         k: usize,
@@ -411,7 +442,8 @@ impl SplitFit<BernoulliNaiveBayes> for Checked<BernoulliNbParams> {
             &chunk,
             k,
             d,
-            |x, r0| binarize_chunk(x, self.binarize, r0).map(Some),
+            |x, r0, out| binarize_chunk_into(x, self.binarize, r0, out).map(|()| true),
+            count_buffer(scratch)?,
             false,
             self.binarize,
         ))
@@ -609,7 +641,7 @@ impl WeightedFit for Checked<MultinomialNbParams> {
     type Model = MultinomialNaiveBayes;
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<MultinomialNaiveBayes> {
         let (d, k) = check_sets(sets)?;
-        let runs = CountStats::of_chunks(sets, k, d, |_, _| Ok(None), true, None)?;
+        let runs = CountStats::of_chunks(sets, k, d, |_, _, _| Ok(false), true, None)?;
         self.model_of_counts(CountStats::total(runs, k, d)?, d, k)
     }
 
@@ -624,12 +656,12 @@ impl SplitFit<MultinomialNaiveBayes> for Checked<MultinomialNbParams> {
     }
 
     fn scratch(&self) -> Scratch {
-        Scratch::new(())
+        Scratch::new(Mat::<f64>::new())
     }
 
     fn chunk_partial(
         &self,
-        _: &mut Scratch,
+        scratch: &mut Scratch,
         chunk: Chunk<'_>,
         d: usize,
         k: usize,
@@ -638,7 +670,8 @@ impl SplitFit<MultinomialNaiveBayes> for Checked<MultinomialNbParams> {
             &chunk,
             k,
             d,
-            |_, _| Ok(None),
+            |_, _, _| Ok(false),
+            count_buffer(scratch)?,
             true,
             None,
         ))
