@@ -186,29 +186,6 @@ impl CountStats {
         Ok(st)
     }
 
-    /// Every chunk's statistics ([`CountStats::of_chunk`]), in chunk order, one per run of the
-    /// split fit ([`COUNT_RUN`] chunks), so that `fit_sets` merges what the split fit's finish
-    /// merges, in the same order.
-    fn of_chunks<F>(
-        sets: &[WeightedRows<'_>],
-        k: usize,
-        d: usize,
-        prepare: F,
-        check_counts: bool,
-        above: Option<f64>,
-    ) -> Result<Vec<Self>>
-    where
-        F: Fn(MatRef<'_, f64>, usize, &mut Mat<f64>) -> Result<bool> + Sync,
-    {
-        fold_chunks_by_label_with(
-            sets,
-            COUNT_RUN,
-            Mat::new,
-            |buffer, chunk| Self::of_chunk(&chunk, k, d, &prepare, buffer, check_counts, above),
-            |_, acc, part| acc.merge(&part),
-        )
-    }
-
     /// The runs' statistics summed in order (from zero, so the first run's are kept exactly);
     /// every class must have some weight.
     fn total(runs: impl IntoIterator<Item = Self>, k: usize, d: usize) -> Result<Self> {
@@ -223,41 +200,112 @@ impl CountStats {
     }
 }
 
-/// Chunks per run of the count statistics ([`CountStats::of_chunks`] and the split fits): one,
-/// so that each chunk's counts are added to the total in chunk order, as they were before the
-/// fits were split (the same bits). A run's statistics are K × d values, 1/4096 of the size
-/// of its rows' d columns per class, so keeping one per chunk until the finish costs little.
+/// Chunks per run of the count statistics ([`fit_counts`] and the split fits): one, so that each
+/// chunk's counts are added to the total in chunk order, as they were before the fits were split
+/// (the same bits). A run's statistics are K × (d + 1) values against its chunk's 4096 × d, so
+/// keeping one per chunk until the finish costs little.
 const COUNT_RUN: usize = 1;
 
-/// The statistics of a split naive Bayes fit ([`SplitFit`]), as [`Partial`]s: the chunk's
-/// [`CountStats`], merged by addition; `finish` sums the runs' in order and hands the total to
-/// the model's closed form.
-fn count_partial(chunk: Result<CountStats>) -> Result<Partial> {
-    chunk.map(Partial::new)
-}
+/// A naive Bayes fit of counts (Bernoulli, multinomial): how its chunks' [`CountStats`] are
+/// taken ([`CountStats::of_chunk`]'s options), and its model from their total. Both `fit_sets`
+/// ([`fit_counts`]) and the split fit (the [`SplitFit`] below) are built from it, so they take
+/// the same statistics of the same chunks.
+trait CountFit: Sync {
+    type Model;
+    /// Whether the values must be counts (≥ 0), checked with them.
+    const CHECK_COUNTS: bool;
+    /// Writes a weighted chunk's prepared copy (Bernoulli's binarised rows) into `out`, and says
+    /// whether it did.
+    fn prepare(&self, x: MatRef<'_, f64>, first_row: usize, out: &mut Mat<f64>) -> Result<bool>;
+    /// The threshold labeled chunks are counted above (Bernoulli), in place of `prepare`.
+    fn above(&self) -> Option<f64>;
+    /// The model from the total counts.
+    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<Self::Model>;
 
-/// A split count fit's scratch: the worker's buffer for [`CountStats::of_chunk`].
-fn count_buffer(scratch: &mut Scratch) -> Result<&mut Mat<f64>> {
-    scratch
-        .get_mut::<Mat<f64>>()
-        .ok_or(GenerativeError::Internal {
-            what: "another model's scratch handed to a naive Bayes fit",
-        })
-}
-
-fn merge_count_partials(acc: &mut Partial, part: Partial) {
-    if let (Some(acc), Ok(part)) = (acc.get_mut::<CountStats>(), part.into_inner::<CountStats>()) {
-        acc.merge(&part);
+    /// One chunk's statistics, `buffer` the worker's for `prepare`.
+    fn chunk_counts(
+        &self,
+        chunk: &Chunk<'_>,
+        d: usize,
+        k: usize,
+        buffer: &mut Mat<f64>,
+    ) -> Result<CountStats> {
+        CountStats::of_chunk(
+            chunk,
+            k,
+            d,
+            |x, r0, out| self.prepare(x, r0, out),
+            buffer,
+            Self::CHECK_COUNTS,
+            self.above(),
+        )
     }
 }
 
-fn total_of_partials(runs: Vec<Partial>, k: usize, d: usize) -> Result<CountStats> {
-    let runs = runs
-        .into_iter()
-        .map(Partial::into_inner::<CountStats>)
-        .collect::<Result<Vec<_>>>()?;
-    CountStats::total(runs, k, d)
+/// `fit_sets` of a [`CountFit`]: every chunk's statistics, in runs of [`COUNT_RUN`] chunks (the
+/// split fit's), summed in order.
+fn fit_counts<C: CountFit>(fit: &C, sets: &[WeightedRows<'_>]) -> Result<C::Model> {
+    let (d, k) = check_sets(sets)?;
+    let runs = fold_chunks_by_label_with(
+        sets,
+        COUNT_RUN,
+        Mat::new,
+        |buffer, chunk| fit.chunk_counts(&chunk, d, k, buffer),
+        |_, acc, part| acc.merge(&part),
+    )?;
+    fit.model_of_counts(CountStats::total(runs, k, d)?, d, k)
 }
+
+/// The split fit of a [`CountFit`]: each chunk's [`CountStats`] as a [`Partial`], merged by
+/// addition; the finish sums the runs' in order, as [`fit_counts`] does. (A macro, not a
+/// blanket impl over `CountFit`, which would make that private trait part of a public one.)
+macro_rules! split_count_fit {
+    ($params:ty, $model:ty) => {
+        impl SplitFit<$model> for Checked<$params> {
+            fn longest_run(&self) -> usize {
+                COUNT_RUN
+            }
+
+            fn scratch(&self) -> Scratch {
+                Scratch::new(Mat::<f64>::new())
+            }
+
+            fn chunk_partial(
+                &self,
+                scratch: &mut Scratch,
+                chunk: Chunk<'_>,
+                d: usize,
+                k: usize,
+            ) -> Result<Partial> {
+                let buffer = scratch
+                    .get_mut::<Mat<f64>>()
+                    .ok_or(GenerativeError::Internal {
+                        what: "another model's scratch handed to a naive Bayes fit",
+                    })?;
+                self.chunk_counts(&chunk, d, k, buffer).map(Partial::new)
+            }
+
+            fn merge_partials(&self, acc: &mut Partial, part: Partial) {
+                if let (Some(acc), Ok(part)) =
+                    (acc.get_mut::<CountStats>(), part.into_inner::<CountStats>())
+                {
+                    acc.merge(&part);
+                }
+            }
+
+            fn finish(&self, runs: Vec<Partial>, d: usize, k: usize) -> Result<$model> {
+                let runs = runs
+                    .into_iter()
+                    .map(Partial::into_inner::<CountStats>)
+                    .collect::<Result<Vec<_>>>()?;
+                self.model_of_counts(CountStats::total(runs, k, d)?, d, k)
+            }
+        }
+    };
+}
+
+split_count_fit!(BernoulliNbParams, BernoulliNaiveBayes);
+split_count_fit!(MultinomialNbParams, MultinomialNaiveBayes);
 
 fn check_lengths(what: &'static str, expected: usize, got: usize) -> Result<()> {
     if expected != got {
@@ -405,16 +453,7 @@ pub struct BernoulliNaiveBayes {
 impl WeightedFit for Checked<BernoulliNbParams> {
     type Model = BernoulliNaiveBayes;
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<BernoulliNaiveBayes> {
-        let (d, k) = check_sets(sets)?;
-        let runs = CountStats::of_chunks(
-            sets,
-            k,
-            d,
-            |x, r0, out| binarize_chunk_into(x, self.binarize, r0, out).map(|()| true),
-            false,
-            self.binarize,
-        )?;
-        self.model_of_counts(CountStats::total(runs, k, d)?, d, k)
+        fit_counts(self, sets)
     }
 
     fn split(&self) -> Option<&dyn SplitFit<BernoulliNaiveBayes>> {
@@ -422,45 +461,31 @@ impl WeightedFit for Checked<BernoulliNbParams> {
     }
 }
 
-impl SplitFit<BernoulliNaiveBayes> for Checked<BernoulliNbParams> {
-    fn longest_run(&self) -> usize {
-        COUNT_RUN
+impl CountFit for Checked<BernoulliNbParams> {
+    type Model = BernoulliNaiveBayes;
+    const CHECK_COUNTS: bool = false;
+
+    fn prepare(&self, x: MatRef<'_, f64>, first_row: usize, out: &mut Mat<f64>) -> Result<bool> {
+        binarize_chunk_into(x, self.binarize, first_row, out).map(|()| true)
     }
 
-    fn scratch(&self) -> Scratch {
-        Scratch::new(Mat::<f64>::new())
+    fn above(&self) -> Option<f64> {
+        self.binarize
     }
 
-    fn chunk_partial(
-        &self,
-        scratch: &mut Scratch,
-        chunk: Chunk<'_>,
-        d: usize,
-        k: usize,
-    ) -> Result<Partial> {
-        count_partial(CountStats::of_chunk(
-            &chunk,
-            k,
-            d,
-            |x, r0, out| binarize_chunk_into(x, self.binarize, r0, out).map(|()| true),
-            count_buffer(scratch)?,
-            false,
-            self.binarize,
-        ))
-    }
-
-    fn merge_partials(&self, acc: &mut Partial, part: Partial) {
-        merge_count_partials(acc, part);
-    }
-
-    fn finish(&self, runs: Vec<Partial>, d: usize, k: usize) -> Result<BernoulliNaiveBayes> {
-        self.model_of_counts(total_of_partials(runs, k, d)?, d, k)
+    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<BernoulliNaiveBayes> {
+        self.bernoulli_of_counts(st, d, k)
     }
 }
 
 impl Checked<BernoulliNbParams> {
     /// The model from the fit's total counts.
-    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<BernoulliNaiveBayes> {
+    fn bernoulli_of_counts(
+        &self,
+        st: CountStats,
+        d: usize,
+        k: usize,
+    ) -> Result<BernoulliNaiveBayes> {
         let a = self.alpha;
         let mut log_p = Vec::with_capacity(k * d);
         let mut log_1mp = Vec::with_capacity(k * d);
@@ -640,9 +665,7 @@ pub struct MultinomialNaiveBayes {
 impl WeightedFit for Checked<MultinomialNbParams> {
     type Model = MultinomialNaiveBayes;
     fn fit_sets(&self, sets: &[WeightedRows<'_>]) -> Result<MultinomialNaiveBayes> {
-        let (d, k) = check_sets(sets)?;
-        let runs = CountStats::of_chunks(sets, k, d, |_, _, _| Ok(false), true, None)?;
-        self.model_of_counts(CountStats::total(runs, k, d)?, d, k)
+        fit_counts(self, sets)
     }
 
     fn split(&self) -> Option<&dyn SplitFit<MultinomialNaiveBayes>> {
@@ -650,45 +673,31 @@ impl WeightedFit for Checked<MultinomialNbParams> {
     }
 }
 
-impl SplitFit<MultinomialNaiveBayes> for Checked<MultinomialNbParams> {
-    fn longest_run(&self) -> usize {
-        COUNT_RUN
+impl CountFit for Checked<MultinomialNbParams> {
+    type Model = MultinomialNaiveBayes;
+    const CHECK_COUNTS: bool = true;
+
+    fn prepare(&self, _: MatRef<'_, f64>, _: usize, _: &mut Mat<f64>) -> Result<bool> {
+        Ok(false)
     }
 
-    fn scratch(&self) -> Scratch {
-        Scratch::new(Mat::<f64>::new())
+    fn above(&self) -> Option<f64> {
+        None
     }
 
-    fn chunk_partial(
-        &self,
-        scratch: &mut Scratch,
-        chunk: Chunk<'_>,
-        d: usize,
-        k: usize,
-    ) -> Result<Partial> {
-        count_partial(CountStats::of_chunk(
-            &chunk,
-            k,
-            d,
-            |_, _, _| Ok(false),
-            count_buffer(scratch)?,
-            true,
-            None,
-        ))
-    }
-
-    fn merge_partials(&self, acc: &mut Partial, part: Partial) {
-        merge_count_partials(acc, part);
-    }
-
-    fn finish(&self, runs: Vec<Partial>, d: usize, k: usize) -> Result<MultinomialNaiveBayes> {
-        self.model_of_counts(total_of_partials(runs, k, d)?, d, k)
+    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<MultinomialNaiveBayes> {
+        self.multinomial_of_counts(st, d, k)
     }
 }
 
 impl Checked<MultinomialNbParams> {
     /// The model from the fit's total counts.
-    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<MultinomialNaiveBayes> {
+    fn multinomial_of_counts(
+        &self,
+        st: CountStats,
+        d: usize,
+        k: usize,
+    ) -> Result<MultinomialNaiveBayes> {
         let a = self.alpha;
         let mut log_theta = Vec::with_capacity(k * d);
         for c in 0..k {
