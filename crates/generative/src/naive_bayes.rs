@@ -20,7 +20,7 @@ use crate::linear_scores::{Features, linear_scores, mark_rejected_rows};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
 };
-use crate::parallel::{Chunk, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks};
+use crate::parallel::{Chunk, check_chunk, check_sets, map_chunks, map_chunks_by_label_with};
 use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
 use density::block::{column, with_column_mut};
@@ -242,17 +242,15 @@ trait CountFit: Sync {
     }
 }
 
-/// `fit_sets` of a [`CountFit`]: every chunk's statistics, in runs of [`COUNT_RUN`] chunks (the
-/// split fit's), summed in order.
+/// `fit_sets` of a [`CountFit`]: every chunk's statistics, summed in order, as the split fit's
+/// runs of [`COUNT_RUN`] chunk are. (Mapped rather than folded in runs of one chunk, the same
+/// results: the fold's runs cost a Bernoulli fit at d = 2, K = 10 about 8%.)
 fn fit_counts<C: CountFit>(fit: &C, sets: &[WeightedRows<'_>]) -> Result<C::Model> {
+    const { assert!(COUNT_RUN == 1) };
     let (d, k) = check_sets(sets)?;
-    let runs = fold_chunks_by_label_with(
-        sets,
-        COUNT_RUN,
-        Mat::new,
-        |buffer, chunk| fit.chunk_counts(&chunk, d, k, buffer),
-        |_, acc, part| acc.merge(&part),
-    )?;
+    let runs = map_chunks_by_label_with(sets, Mat::new, |buffer, chunk| {
+        fit.chunk_counts(&chunk, d, k, buffer)
+    })?;
     fit.model_of_counts(CountStats::total(runs, k, d)?, d, k)
 }
 

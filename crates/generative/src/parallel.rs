@@ -211,7 +211,7 @@ pub struct Chunk<'a> {
     pub set: usize,
     pub first_row: usize,
     pub x: MatRef<'a, f64>,
-    /// The chunk's responsibilities (b × K). From [`map_chunks_by_label`], a labeled chunk has
+    /// The chunk's responsibilities (b × K). From [`map_chunks_by_label_with`], a labeled chunk has
     /// none (b × 0): its `labels` say everything.
     pub resp: MatRef<'a, f64>,
     /// The chunk's class labels (each checked to be < K) when its set is labeled.
@@ -277,13 +277,20 @@ where
 }
 
 /// As [`map_chunks`], but a labeled set's chunks carry only their labels (`resp` is b × 0), for
-/// fits that visit each class's rows directly instead of scanning K one-hot columns.
-pub fn map_chunks_by_label<T, F>(sets: &[WeightedRows<'_>], f: F) -> Result<Vec<T>>
+/// fits that visit each class's rows directly instead of scanning K one-hot columns; with a
+/// scratch state per worker (see [`run_indexed_with`]). The results are those of
+/// [`fold_chunks_by_label_with`] with runs of one chunk, one per chunk in order.
+pub fn map_chunks_by_label_with<S, T, N, F>(
+    sets: &[WeightedRows<'_>],
+    init: N,
+    f: F,
+) -> Result<Vec<T>>
 where
     T: Send,
-    F: Fn(Chunk<'_>) -> Result<T> + Sync,
+    N: Fn() -> S + Sync,
+    F: Fn(&mut S, Chunk<'_>) -> Result<T> + Sync,
 {
-    map_chunks_impl(sets, false, || (), |_, chunk| f(chunk))
+    map_chunks_impl(sets, false, init, f)
 }
 
 fn map_chunks_impl<S, T, N, F>(
@@ -303,9 +310,9 @@ where
     results.into_iter().collect()
 }
 
-/// As [`map_chunks_by_label`], with a scratch state per worker (see [`run_indexed_with`]) and the
-/// results of each run of up to `longest` consecutive chunks of a set folded into one by `merge`
-/// (in chunk order, by the worker that computed them), and one result per run returned, in order. A
+/// As [`map_chunks_by_label_with`], with the results of each run of up to `longest` consecutive
+/// chunks of a set folded into one by `merge` (in chunk order, by the worker that computed
+/// them), and one result per run returned, in order. A
 /// set is cut into at least [`MIN_RUNS`] runs where it has as many chunks, so that many threads
 /// still share it. The runs depend only on the sets' sizes, so the results do not depend on the
 /// thread count. Why: a QDA fit at d = 64, K = 10 merges 2,450 class statistics of 32 KB; merged on
