@@ -471,19 +471,8 @@ impl CountFit for Checked<BernoulliNbParams> {
         self.binarize
     }
 
-    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<BernoulliNaiveBayes> {
-        self.bernoulli_of_counts(st, d, k)
-    }
-}
-
-impl Checked<BernoulliNbParams> {
     /// The model from the fit's total counts.
-    fn bernoulli_of_counts(
-        &self,
-        st: CountStats,
-        d: usize,
-        k: usize,
-    ) -> Result<BernoulliNaiveBayes> {
+    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<BernoulliNaiveBayes> {
         let a = self.alpha;
         let mut log_p = Vec::with_capacity(k * d);
         let mut log_1mp = Vec::with_capacity(k * d);
@@ -683,19 +672,8 @@ impl CountFit for Checked<MultinomialNbParams> {
         None
     }
 
-    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<MultinomialNaiveBayes> {
-        self.multinomial_of_counts(st, d, k)
-    }
-}
-
-impl Checked<MultinomialNbParams> {
     /// The model from the fit's total counts.
-    fn multinomial_of_counts(
-        &self,
-        st: CountStats,
-        d: usize,
-        k: usize,
-    ) -> Result<MultinomialNaiveBayes> {
+    fn model_of_counts(&self, st: CountStats, d: usize, k: usize) -> Result<MultinomialNaiveBayes> {
         let a = self.alpha;
         let mut log_theta = Vec::with_capacity(k * d);
         for c in 0..k {

@@ -246,10 +246,9 @@ fn weighted_class_stats(
 
 /// Feature j's entry of the diagonal of `s`'s scatter (d features), full or diagonal.
 fn variance_sum(s: &SufficientStats, j: usize, d: usize) -> f64 {
-    if s.scatter().len() == d * d {
-        s.scatter()[j * d + j]
-    } else {
-        s.scatter()[j]
+    match s.kind() {
+        ScatterKind::Full => s.scatter()[j * d + j],
+        ScatterKind::Diagonal => s.scatter()[j],
     }
 }
 
