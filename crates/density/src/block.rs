@@ -133,8 +133,32 @@ std::thread_local! {
     static LAID_OUT: std::cell::Cell<Vec<f64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// Column j of `x` (n × d, any layout) into `out[j · stride..][..n]`, nothing else of `out`
+/// written: rows appended to a column-major matrix with room for `stride` rows (`out` starting
+/// at its first free row, so its last column may be shorter than `stride`). Row-major rows take
+/// [`transpose_rows`]. Panics when `out` is too short (shorter than `(d − 1) · stride + n`).
+pub fn copy_rows_to_columns(x: MatRef<'_, f64>, out: &mut [f64], stride: usize) {
+    let (n, d) = (x.nrows(), x.ncols());
+    if n == 0 || d == 0 {
+        return;
+    }
+    assert!(
+        stride >= n && out.len() >= (d - 1) * stride + n,
+        "copy_rows_to_columns: {n} rows of {d} columns do not fit {} values at stride {stride}",
+        out.len()
+    );
+    if x.col_stride() == 1 && x.row_stride() != 1 {
+        return transpose_rows(x, out, stride);
+    }
+    for (j, col) in out.chunks_mut(stride).take(d).enumerate() {
+        for (o, v) in col[..n].iter_mut().zip(x.col(j).iter()) {
+            *o = *v;
+        }
+    }
+}
+
 /// Column j of the row-major `x` into `y[j · stride..][..n]` ([`gather_columns`] of all rows,
-/// unshifted): eight rows at a time, each column's eight values one cache line written at once
+/// unshifted; `y`'s last column may be shorter than `stride`): eight rows at a time, each column's eight values one cache line written at once
 /// (with AVX-512, an 8 × 8 transpose in registers).
 fn transpose_rows(x: MatRef<'_, f64>, y: &mut [f64], stride: usize) {
     #[cfg(target_arch = "x86_64")]
@@ -160,7 +184,7 @@ fn transpose_rows_from(x: MatRef<'_, f64>, y: &mut [f64], stride: usize, i0: usi
     let mut i0 = i0;
     while i0 + 8 <= n {
         let rows: [&[f64]; 8] = std::array::from_fn(|t| row_slice(x, i0 + t));
-        for (j, col) in y.chunks_exact_mut(stride).take(d).enumerate() {
+        for (j, col) in y.chunks_mut(stride).take(d).enumerate() {
             for (o, r) in col[i0..i0 + 8].iter_mut().zip(&rows) {
                 *o = r[j];
             }
@@ -169,7 +193,7 @@ fn transpose_rows_from(x: MatRef<'_, f64>, y: &mut [f64], stride: usize, i0: usi
     }
     for i in i0..n {
         let r = row_slice(x, i);
-        for (col, v) in y.chunks_exact_mut(stride).zip(r) {
+        for (col, v) in y.chunks_mut(stride).zip(r) {
             col[i] = *v;
         }
     }
@@ -499,6 +523,58 @@ mod tests {
                     transpose_rows_from(row_major.as_ref().transpose(), &mut y, stride, 0);
                     let m = MatRef::from_column_major_slice_with_stride(&y[..], n, d, stride);
                     assert_laid_out(m, n, d);
+                }
+            }
+        }
+    }
+
+    /// Rows of every layout, appended at any row of a column-major buffer (the last column cut
+    /// short after them), land in their columns with their bits, and nothing else is written:
+    /// the rows before and the room after keep their sentinel, with and without SIMD.
+    #[test]
+    fn rows_copied_to_columns_fill_their_rows_and_nothing_else() {
+        const SENTINEL: f64 = -7.5;
+        for n in [1, 2, 7, 8, 9, 17, 100] {
+            for d in [1, 3, 8, 9, 17] {
+                let row_major = Mat::from_fn(d, n, |j, i| value(i, j));
+                let col_major = Mat::from_fn(n, d, value);
+                let reversed = Mat::from_fn(n, d, |i, j| value(n - 1 - i, j));
+                for (at, room) in [(0, 0), (5, 3), (13, 8)] {
+                    let stride = at + n + room;
+                    let xs = [
+                        row_major.as_ref().transpose(),
+                        col_major.as_ref(),
+                        reversed.as_ref().reverse_rows(),
+                    ];
+                    for (k, x) in xs.into_iter().enumerate() {
+                        for simd in [true, false] {
+                            if !simd && k > 0 {
+                                continue;
+                            }
+                            let mut buf = vec![SENTINEL; stride * d];
+                            let out = &mut buf[at..(d - 1) * stride + at + n];
+                            if simd {
+                                copy_rows_to_columns(x, out, stride);
+                            } else {
+                                transpose_rows_from(x, out, stride, 0);
+                            }
+                            for j in 0..d {
+                                for i in 0..stride {
+                                    let got = buf[j * stride + i];
+                                    let want = if (at..at + n).contains(&i) {
+                                        value(i - at, j)
+                                    } else {
+                                        SENTINEL
+                                    };
+                                    assert_eq!(
+                                        got.to_bits(),
+                                        want.to_bits(),
+                                        "layout {k}, simd {simd}, {n} x {d} at {at}: ({i}, {j})"
+                                    );
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }

@@ -1,8 +1,8 @@
 //! Reading CSV files into feature matrices.
 //!
-//! Rows are parsed in one streaming pass straight into row-major buffers (one for labeled rows,
-//! one for unlabeled), which faer views without copying (`MatRef::from_row_major_slice`). A
-//! regular file is read through a memory map (no copy out of the page cache), anything else
+//! Rows are parsed in one streaming pass, a piece at a time into row-major buffers, and each
+//! piece's rows are then transposed into column-major matrices (one for labeled rows, one for
+//! unlabeled: [`Rows`], which faer views without copying). A regular file is read through a memory map (no copy out of the page cache), anything else
 //! (standard input, pipes) by a reader thread; either way the input goes in fixed blocks that
 //! are split at newlines and parsed in parallel, the pieces appended in file order (while the
 //! next block is parsed). A row is read in one pass when it has the plain shape (a number right
@@ -12,38 +12,11 @@
 
 use std::io::Read;
 
-use faer::MatRef;
-
 use crate::error::{CliError, Result};
 use crate::number::{NumberReader, ReadsNumbers, RowSlots};
 
-/// Rows of one kind (labeled or unlabeled) with the file lines they came from.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Rows {
-    /// Row-major n × d.
-    pub values: Vec<f64>,
-    /// 1-based line in the source file of each row.
-    pub lines: Vec<u64>,
-    /// Label text of each row, for labeled rows read with a label column (empty otherwise:
-    /// unlabeled rows carry no label, which saves memory on large files).
-    pub labels: Vec<String>,
-    pub n_features: usize,
-}
-
-impl Rows {
-    /// Number of rows.
-    pub fn len(&self) -> usize {
-        self.lines.len()
-    }
-    /// Whether there are no rows.
-    pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
-    }
-    /// The rows as an n × d matrix view.
-    pub fn matrix(&self) -> MatRef<'_, f64> {
-        MatRef::from_row_major_slice(&self.values, self.len(), self.n_features)
-    }
-}
+pub use crate::rows::Rows;
+use crate::rows::Staged;
 
 /// A parsed data file.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,14 +211,8 @@ fn read_csv_with(
         )));
     }
     let d = feature_idx.len();
-    let mut labeled = Rows {
-        n_features: d,
-        ..Default::default()
-    };
-    let mut unlabeled = Rows {
-        n_features: d,
-        ..Default::default()
-    };
+    let mut labeled = Rows::new(d);
+    let mut unlabeled = Rows::new(d);
     let layout = Layout {
         source,
         names: &names,
@@ -297,8 +264,8 @@ impl Layout<'_> {
         cells: &[&[u8]],
         line: u64,
         row: &mut [f64],
-        labeled: &mut Rows,
-        unlabeled: &mut Rows,
+        labeled: &mut Staged,
+        unlabeled: &mut Staged,
     ) -> Result<()> {
         if cells.len() != self.names.len() {
             return Err(CliError::Data(format!(
@@ -323,8 +290,8 @@ impl Layout<'_> {
         label: Option<&[u8]>,
         row: &[f64],
         line: u64,
-        labeled: &mut Rows,
-        unlabeled: &mut Rows,
+        labeled: &mut Staged,
+        unlabeled: &mut Staged,
     ) {
         // Compare the label with the marker before allocating: most rows may be unlabeled.
         // The lengths first: with the default empty marker, slice equality called `memcmp` on
@@ -491,15 +458,20 @@ fn parse_blocks<B: AsRef<[u8]> + Sync>(
     let (mut parsing, mut parsed) = (Vec::new(), Vec::new());
     let mut pending: Option<(Vec<u64>, usize)> = None; // piece first lines, block bytes
     let mut reserved = false;
-    let mut append = |pieces: &mut Vec<(Rows, Rows)>, pending: Option<(Vec<u64>, usize)>| {
+    let mut append = |pieces: &mut Vec<(Staged, Staged)>, pending: Option<(Vec<u64>, usize)>| {
         if let Some((starts, bytes)) = pending {
-            append_pieces(pieces, &starts, labeled, unlabeled);
+            // Before the first block's rows are appended, so that the columns are allocated
+            // once rather than grown piece by piece.
             if !reserved {
                 reserved = true;
                 if let Some(total) = input_len {
-                    reserve_for_input(layout, total, bytes, labeled, unlabeled);
+                    let seen = pieces.iter().fold((0, 0), |(l, u), (pl, pu)| {
+                        (l + pl.lines.len(), u + pu.lines.len())
+                    });
+                    reserve_for_input(total, bytes, seen, labeled, unlabeled);
                 }
             }
+            append_pieces(pieces, &starts, labeled, unlabeled);
         }
     };
     while let Some(block) = next() {
@@ -545,27 +517,24 @@ impl Read for ChannelReader<'_> {
     }
 }
 
-/// Reserves the row buffers for the whole file once, from the bytes per row seen so far, so they
-/// do not double (and transiently need three times the data) while growing.
+/// Reserves the row buffers for the whole file once, from the bytes per row of the first block
+/// (`bytes_seen` bytes held `seen` labeled and unlabeled rows), so that they do not grow (and
+/// transiently need the data two and a half times) while filling.
 fn reserve_for_input(
-    layout: &Layout<'_>,
     total: u64,
     bytes_seen: usize,
+    seen: (usize, usize),
     labeled: &mut Rows,
     unlabeled: &mut Rows,
 ) {
-    let rows_seen = (labeled.len() + unlabeled.len()).max(1) as f64;
+    let rows_seen = (seen.0 + seen.1).max(1) as f64;
     let est_rows = (total as f64 / bytes_seen.max(1) as f64 * rows_seen * 1.02) as usize;
-    let d = layout.feature_idx.len();
-    let est_l = (est_rows as f64 * labeled.len() as f64 / rows_seen) as usize;
-    labeled
-        .values
-        .reserve(est_l.saturating_sub(labeled.len()) * d);
-    unlabeled.values.reserve(
+    let est_l = (est_rows as f64 * seen.0 as f64 / rows_seen) as usize;
+    labeled.reserve(est_l.saturating_sub(labeled.len()));
+    unlabeled.reserve(
         est_rows
             .saturating_sub(est_l)
-            .saturating_sub(unlabeled.len())
-            * d,
+            .saturating_sub(unlabeled.len()),
     );
 }
 
@@ -604,7 +573,7 @@ fn parse_block(
     data: &[u8],
     first_line: u64,
     layout: &Layout<'_>,
-    scratch: &mut Vec<(Rows, Rows)>,
+    scratch: &mut Vec<(Staged, Staged)>,
 ) -> Result<Option<(Vec<u64>, u64)>> {
     use rayon::prelude::*;
     // Split into pieces at newlines.
@@ -624,15 +593,8 @@ fn parse_block(
     }
     // Each piece counts its own lines from 0 (a piece does not know how many lines come before
     // it); the line numbers are shifted when the pieces are appended in order.
-    let d = layout.feature_idx.len();
     scratch.truncate(pieces.len());
-    if scratch.len() < pieces.len() {
-        let empty = Rows {
-            n_features: d,
-            ..Default::default()
-        };
-        scratch.resize(pieces.len(), (empty.clone(), empty));
-    }
+    scratch.resize_with(pieces.len(), Default::default);
     let parts: Vec<Result<Piece>> = pieces
         .par_iter()
         .zip(scratch.par_iter_mut())
@@ -664,19 +626,17 @@ fn parse_block(
     Ok(Some((starts, line)))
 }
 
-/// Appends the rows of the pieces in order, numbering their lines from each piece's first line.
+/// Appends the rows of the pieces in order (transposed into the columns), numbering their lines
+/// from each piece's first line.
 fn append_pieces(
-    pieces: &mut [(Rows, Rows)],
+    pieces: &mut [(Staged, Staged)],
     starts: &[u64],
     labeled: &mut Rows,
     unlabeled: &mut Rows,
 ) {
     for ((l, u), &start) in pieces.iter_mut().zip(starts) {
-        for (dst, src) in [(&mut *labeled, l), (&mut *unlabeled, u)] {
-            dst.values.extend_from_slice(&src.values);
-            dst.lines.extend(src.lines.iter().map(|r| r + start));
-            dst.labels.append(&mut src.labels);
-        }
+        labeled.append_staged(l, start);
+        unlabeled.append_staged(u, start);
     }
 }
 
@@ -692,14 +652,14 @@ fn parse_piece(
     piece: &[u8],
     first_line: u64,
     layout: &Layout<'_>,
-    l: &mut Rows,
-    u: &mut Rows,
+    l: &mut Staged,
+    u: &mut Staged,
 ) -> Result<Piece> {
     struct Job<'j, 'p> {
         piece: &'p [u8],
         first_line: u64,
         layout: &'j Layout<'j>,
-        sides: (&'j mut Rows, &'j mut Rows),
+        sides: (&'j mut Staged, &'j mut Staged),
     }
     impl ReadsNumbers for Job<'_, '_> {
         type Output = Result<Piece>;
@@ -725,17 +685,14 @@ fn parse_piece_with<N: NumberReader>(
     piece: &[u8],
     first_line: u64,
     layout: &Layout<'_>,
-    l: &mut Rows,
-    u: &mut Rows,
+    l: &mut Staged,
+    u: &mut Staged,
 ) -> Result<Piece> {
     let d = layout.feature_idx.len();
     // No room is reserved up front: the buffers keep their capacity from block to block, and
     // reserving a whole piece's rows on both sides raised the peak memory of a load by 15 MB.
-    for side in [&mut *l, &mut *u] {
-        side.values.clear();
-        side.lines.clear();
-        side.labels.clear();
-    }
+    l.clear();
+    u.clear();
     let mut row = vec![0.0; d];
     let mut slots = RowSlots::new(d);
     let mut cells: Vec<&[u8]> = Vec::with_capacity(layout.columns.len());
@@ -842,9 +799,11 @@ fn read_body_slow(
         .from_reader(LineTracker::new(input, first_line));
     let mut record = csv::ByteRecord::new();
     let mut row = vec![0.0; layout.feature_idx.len()];
+    // Rows are staged (their lines absolute) and appended to the columns a run at a time.
+    let (mut l, mut u) = (Staged::default(), Staged::default());
     loop {
         match rdr.read_byte_record(&mut record) {
-            Ok(false) => return Ok(()),
+            Ok(false) => break,
             Ok(true) => {}
             Err(e) => {
                 let line = e.position().map(|p| rdr.get_mut().line_at(p.byte()));
@@ -854,9 +813,21 @@ fn read_body_slow(
         let start = record.position().map_or(0, |p| p.byte());
         let line = rdr.get_mut().line_at(start);
         let cells: Vec<&[u8]> = record.iter().collect();
-        layout.take(&cells, line, &mut row, labeled, unlabeled)?;
+        layout.take(&cells, line, &mut row, &mut l, &mut u)?;
+        if l.lines.len() + u.lines.len() >= SLOW_RUN_ROWS {
+            labeled.append_staged(&mut l, 0);
+            unlabeled.append_staged(&mut u, 0);
+            l.clear();
+            u.clear();
+        }
     }
+    labeled.append_staged(&mut l, 0);
+    unlabeled.append_staged(&mut u, 0);
+    Ok(())
 }
+
+/// Rows the `csv` path stages before appending them to the columns.
+const SLOW_RUN_ROWS: usize = 4096;
 
 /// Counts lines under the `csv` crate, whose own record positions point at the line ending
 /// or blank lines before a record rather than at the record: after `"1,2\r\n3,4"` it places
@@ -1002,10 +973,10 @@ mod tests {
     fn splits_labeled_and_unlabeled_rows() {
         let d = read("a,b,y\n1,2,x\n3,4,\n5,6,z\n", Some("y")).unwrap();
         assert_eq!(d.features, vec!["a", "b"]);
-        assert_eq!(d.labeled.values, vec![1.0, 2.0, 5.0, 6.0]);
+        assert_eq!(d.labeled.to_row_major(), vec![1.0, 2.0, 5.0, 6.0]);
         assert_eq!(d.labeled.labels, vec!["x", "z"]);
         assert_eq!(d.labeled.lines, vec![2, 4]);
-        assert_eq!(d.unlabeled.values, vec![3.0, 4.0]);
+        assert_eq!(d.unlabeled.to_row_major(), vec![3.0, 4.0]);
         assert_eq!(d.labeled.matrix()[(1, 0)], 5.0);
     }
 
@@ -1112,7 +1083,7 @@ mod tests {
             (&fast.labeled, &reference.labeled),
             (&fast.unlabeled, &reference.unlabeled),
         ] {
-            assert_eq!(f.values, r.values);
+            assert_eq!(f.to_row_major(), r.to_row_major());
             assert_eq!(f.lines, r.lines);
             assert_eq!(f.labels, r.labels);
         }
@@ -1121,11 +1092,17 @@ mod tests {
         assert_eq!(fast.unlabeled.len(), 2 * n / 8);
         // Spot checks against the text: row 9 (line 11) is " 9 ,k1, 3.5,x,+9".
         let at = fast.labeled.lines.iter().position(|&l| l == 11).unwrap();
-        assert_eq!(&fast.labeled.values[3 * at..3 * at + 3], &[9.0, 9.0, 3.5]);
+        assert_eq!(
+            &fast.labeled.to_row_major()[3 * at..3 * at + 3],
+            &[9.0, 9.0, 3.5]
+        );
         assert_eq!(fast.labeled.labels[at], "k1");
         let at = fast.labeled.lines.iter().position(|&l| l == 14).unwrap();
         assert_eq!(fast.labeled.labels[at], "k2");
-        assert_eq!(&fast.labeled.values[3 * at..3 * at + 3], &[25.0, 12.0, 1.0]);
+        assert_eq!(
+            &fast.labeled.to_row_major()[3 * at..3 * at + 3],
+            &[25.0, 12.0, 1.0]
+        );
     }
 
     #[test]
@@ -1169,7 +1146,10 @@ mod tests {
                 .position(|&l| l == line as u64)
                 .unwrap();
             assert_eq!(d.labeled.labels[at], label);
-            assert_eq!(&d.labeled.values[3 * at..3 * at + 3], &[2.0, 1.0, 3.0]);
+            assert_eq!(
+                &d.labeled.to_row_major()[3 * at..3 * at + 3],
+                &[2.0, 1.0, 3.0]
+            );
         }
     }
 
@@ -1182,7 +1162,7 @@ mod tests {
         assert_eq!(d.labeled.lines, vec![2, 3, 5, 7]);
         assert_eq!(d.labeled.labels[2], "two\nlines");
         assert_eq!(
-            d.labeled.values,
+            d.labeled.to_row_major(),
             vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
         );
         let e = read(&format!("{text}9,oops,x\n"), Some("y"))

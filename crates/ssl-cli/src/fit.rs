@@ -85,30 +85,35 @@ pub fn check_domain(
     source: &str,
     features: &[String],
 ) -> Result<()> {
-    let d = rows.n_features;
-    for (r, chunk) in rows.values.chunks(d.max(1)).enumerate() {
-        for (j, &v) in chunk.iter().enumerate() {
-            let problem = match kind {
-                ModelKind::MultinomialNb if v < 0.0 => {
-                    Some("counts must be >= 0 for multinomial-nb")
-                }
-                ModelKind::CategoricalNb if v < 0.0 || v.fract() != 0.0 => {
-                    Some("categories must be integers >= 0 for categorical-nb")
-                }
-                ModelKind::BernoulliNb if binarize.is_none() && v != 0.0 && v != 1.0 => {
-                    Some("values must be 0 or 1 for bernoulli-nb with --binarize none")
-                }
-                _ => None,
-            };
-            if let Some(p) = problem {
-                return Err(CliError::Data(format!(
-                    "{source}:{}: column '{}' has the value {v}: {p}",
-                    rows.lines[r], features[j]
-                )));
+    let problem = |v: f64| match kind {
+        ModelKind::MultinomialNb if v < 0.0 => Some("counts must be >= 0 for multinomial-nb"),
+        ModelKind::CategoricalNb if v < 0.0 || v.fract() != 0.0 => {
+            Some("categories must be integers >= 0 for categorical-nb")
+        }
+        ModelKind::BernoulliNb if binarize.is_none() && v != 0.0 && v != 1.0 => {
+            Some("values must be 0 or 1 for bernoulli-nb with --binarize none")
+        }
+        _ => None,
+    };
+    // The first bad value in file order: the lowest row, and in it the first column. Columns
+    // are searched in order, each only above the row found so far.
+    let mut first: Option<(usize, usize, f64, &str)> = None;
+    for j in 0..rows.n_features {
+        let rows_left = first.map_or(rows.len(), |f| f.0);
+        for (r, &v) in rows.column(j)[..rows_left].iter().enumerate() {
+            if let Some(p) = problem(v) {
+                first = Some((r, j, v, p));
+                break;
             }
         }
     }
-    Ok(())
+    match first {
+        Some((r, j, v, p)) => Err(CliError::Data(format!(
+            "{source}:{}: column '{}' has the value {v}: {p}",
+            rows.lines[r], features[j]
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Reads the training data: the main file plus an optional file of unlabeled rows.
@@ -133,10 +138,8 @@ fn read_training(args: &FitArgs) -> Result<(Dataset, Vec<String>)> {
                 require_label: false,
             },
         )?;
-        data.unlabeled
-            .values
-            .extend_from_slice(&more.labeled.values);
-        data.unlabeled.lines.extend_from_slice(&more.labeled.lines);
+        // The extra file has no label column: its rows are all `labeled` and carry no labels.
+        data.unlabeled.append(&more.labeled);
         sources.push(extra.clone());
     }
     Ok((data, sources))
@@ -384,8 +387,8 @@ pub fn fit(args: &FitArgs, quiet: bool) -> Result<()> {
             let d = data.features.len();
             let mut min_categories = vec![1usize; d];
             for rows in [&data.labeled, &data.unlabeled] {
-                for chunk in rows.values.chunks(d) {
-                    for (m, v) in min_categories.iter_mut().zip(chunk) {
+                for (j, m) in min_categories.iter_mut().enumerate() {
+                    for v in rows.column(j) {
                         *m = (*m).max(*v as usize + 1);
                     }
                 }

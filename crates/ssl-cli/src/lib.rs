@@ -14,6 +14,7 @@ mod mapped;
 pub mod model_file;
 mod number;
 pub mod plot;
+pub mod rows;
 pub mod svg;
 
 use std::ffi::OsString;

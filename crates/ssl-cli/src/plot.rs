@@ -320,17 +320,16 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
     )?;
     let model = file.model.classifier();
     let mut spec_points = Vec::new();
-    let mut x_all: Vec<f64> = Vec::new();
+    let mut x_all = data.unlabeled.clone();
+    x_all.append(&data.labeled);
     let mut labeled_flags = Vec::new();
     for (rows, labeled) in [(&data.unlabeled, false), (&data.labeled, true)] {
-        x_all.extend_from_slice(&rows.values);
         labeled_flags.extend(
             (0..rows.len()).map(|i| labeled && rows.labels.get(i).is_some_and(|l| !l.is_empty())),
         );
     }
     let d = file.features.len();
-    let n = labeled_flags.len();
-    let x = MatRef::from_row_major_slice(&x_all, n, d);
+    let (n, x) = (labeled_flags.len(), x_all.matrix());
     let pred = model
         .predict(x)
         .map_err(|e| CliError::Data(format!("{}: {e}", data.source)))?;

@@ -1,0 +1,249 @@
+//! The rows a CSV file holds, column-major, as the models' kernels read them.
+//!
+//! Why column-major: every pass of the fits and predictions reads a chunk of rows column by
+//! column. Row-major rows (the order a parser meets the values in) were copied into a
+//! column-major buffer per chunk and worker, on every pass: an EM iteration on 1e6 × 16 rows
+//! cost 1.2–1.25× one on column-major rows (BENCHMARKS.md), and on wide data each worker's copy
+//! of a 4096-row chunk was 32 MB at d = 1000, held for the process's life. Here the parser's
+//! rows are staged row-major a piece at a time ([`Staged`]) and transposed once into the
+//! columns as each piece is appended.
+//!
+//! The columns have room for `stride` rows each (more than `len` while rows are still coming):
+//! growing copies each column into a larger buffer, as a `Vec` does its values. A file's rows
+//! are reserved at once from its size (`data::reserve_for_input`), so a file read through a
+//! memory map usually allocates them once; the room not yet written is zero pages that take no
+//! memory.
+
+use faer::MatRef;
+
+/// Rows of one kind (labeled or unlabeled) with the file lines they came from.
+#[derive(Debug, Default, Clone)]
+pub struct Rows {
+    /// Column-major: feature j of row i at `columns[j · stride + i]`, `stride · n_features`
+    /// values.
+    columns: Vec<f64>,
+    /// Rows each column has room for (≥ the number of rows).
+    stride: usize,
+    /// 1-based line in the source file of each row.
+    pub lines: Vec<u64>,
+    /// Label text of each row, for labeled rows read with a label column (empty otherwise:
+    /// unlabeled rows carry no label, which saves memory on large files).
+    pub labels: Vec<String>,
+    pub n_features: usize,
+}
+
+impl PartialEq for Rows {
+    /// The same rows, lines and labels, whatever room each has.
+    fn eq(&self, other: &Self) -> bool {
+        self.n_features == other.n_features
+            && self.lines == other.lines
+            && self.labels == other.labels
+            && (0..self.n_features).all(|j| self.column(j) == other.column(j))
+    }
+}
+
+impl Rows {
+    /// No rows of `n_features` features.
+    pub fn new(n_features: usize) -> Self {
+        Rows {
+            n_features,
+            ..Default::default()
+        }
+    }
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+    /// The rows as an n × d column-major matrix view (columns `stride` values apart).
+    pub fn matrix(&self) -> MatRef<'_, f64> {
+        if self.is_empty() || self.n_features == 0 {
+            return MatRef::from_column_major_slice(&[], self.len(), self.n_features);
+        }
+        MatRef::from_column_major_slice_with_stride(
+            &self.columns,
+            self.len(),
+            self.n_features,
+            self.stride,
+        )
+    }
+    /// Feature `j` of every row.
+    pub fn column(&self, j: usize) -> &[f64] {
+        if self.stride == 0 {
+            return &[];
+        }
+        &self.columns[j * self.stride..][..self.len()]
+    }
+    /// The rows row-major (n · d values), a copy.
+    pub fn to_row_major(&self) -> Vec<f64> {
+        let x = self.matrix();
+        let mut out = Vec::with_capacity(self.len() * self.n_features);
+        for i in 0..x.nrows() {
+            out.extend(x.row(i).iter().copied());
+        }
+        out
+    }
+    /// Room for `more` rows after the last, in one allocation.
+    pub fn reserve(&mut self, more: usize) {
+        let want = self.len() + more;
+        if want > self.stride {
+            self.grow_to(want);
+        }
+    }
+    /// Moves the columns into a buffer with room for `stride` rows each.
+    fn grow_to(&mut self, stride: usize) {
+        let d = self.n_features;
+        // Zeroed memory from the allocator: the room not yet written is never touched.
+        let mut columns = vec![0.0; stride * d];
+        for j in 0..d {
+            columns[j * stride..][..self.len()].copy_from_slice(self.column(j));
+        }
+        self.columns = columns;
+        self.stride = stride;
+    }
+    /// Room for `more` rows, growing by half again at least (amortised appends).
+    fn make_room(&mut self, more: usize) {
+        let want = self.len() + more;
+        if want > self.stride {
+            self.grow_to(want.max(self.stride + self.stride / 2));
+        }
+    }
+    /// Appends `staged`'s rows (row-major), numbering their lines from `first_line` on (the
+    /// staged lines are counted from 0 within their piece), and moves its labels.
+    pub(crate) fn append_staged(&mut self, staged: &mut Staged, first_line: u64) {
+        let (m, d) = (staged.lines.len(), self.n_features);
+        if m > 0 && d > 0 {
+            self.make_room(m);
+            let x = MatRef::from_row_major_slice(&staged.values, m, d);
+            let len = self.len();
+            density::block::copy_rows_to_columns(x, &mut self.columns[len..], self.stride);
+        }
+        self.lines
+            .extend(staged.lines.iter().map(|r| r + first_line));
+        self.labels.append(&mut staged.labels);
+    }
+    /// Appends the rows of `other` (the same features), with their lines and labels.
+    pub fn append(&mut self, other: &Rows) {
+        let (m, d) = (other.len(), self.n_features);
+        if m > 0 && d > 0 {
+            self.make_room(m);
+            let len = self.len();
+            density::block::copy_rows_to_columns(
+                other.matrix(),
+                &mut self.columns[len..],
+                self.stride,
+            );
+        }
+        self.lines.extend_from_slice(&other.lines);
+        self.labels.extend_from_slice(&other.labels);
+    }
+}
+
+/// Rows as a parser produces them, row-major, before they are appended to [`Rows`]: one
+/// piece of a block, or a run of rows read by the `csv` crate.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Staged {
+    /// Row-major, `n_features` values per row.
+    pub values: Vec<f64>,
+    /// Line of each row, from the piece's first (0) or absolute (the `csv` path).
+    pub lines: Vec<u64>,
+    /// Label text of each labeled row read with a label column.
+    pub labels: Vec<String>,
+}
+
+impl Staged {
+    /// Empties it, keeping its memory.
+    pub fn clear(&mut self) {
+        self.values.clear();
+        self.lines.clear();
+        self.labels.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(rows: &[&[f64]], first: u64) -> Staged {
+        Staged {
+            values: rows.iter().flat_map(|r| r.iter().copied()).collect(),
+            lines: (first..first + rows.len() as u64).collect(),
+            labels: Vec::new(),
+        }
+    }
+
+    /// Appends, in pieces of every size (each making the columns grow or not, some of more
+    /// than eight rows for the vector transpose), give the rows in order, row by row as
+    /// staged, with their lines shifted; `append` of those rows gives them again.
+    #[test]
+    fn appended_pieces_are_the_rows_in_order() {
+        for d in [1usize, 3, 8, 11] {
+            let mut rows = Rows::new(d);
+            let mut expected: Vec<f64> = Vec::new();
+            let mut lines = Vec::new();
+            let mut next = 0.0;
+            for (p, m) in [0usize, 1, 9, 2, 17, 64, 5, 100].into_iter().enumerate() {
+                if p == 3 {
+                    rows.reserve(200);
+                }
+                let values: Vec<Vec<f64>> = (0..m)
+                    .map(|_| {
+                        (0..d)
+                            .map(|_| {
+                                next += 1.0;
+                                next
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let refs: Vec<&[f64]> = values.iter().map(Vec::as_slice).collect();
+                let mut s = staged(&refs, 0);
+                rows.append_staged(&mut s, 1000 * p as u64);
+                expected.extend(values.iter().flatten());
+                lines.extend((0..m as u64).map(|i| 1000 * p as u64 + i));
+            }
+            assert_eq!(rows.to_row_major(), expected, "d = {d}");
+            assert_eq!(rows.lines, lines);
+            let x = rows.matrix();
+            assert_eq!((x.nrows(), x.ncols()), (lines.len(), d));
+            assert_eq!(x.row_stride(), 1);
+            for j in 0..d {
+                let col: Vec<f64> = (0..x.nrows()).map(|i| expected[i * d + j]).collect();
+                assert_eq!(rows.column(j), &col[..]);
+            }
+            let mut twice = rows.clone();
+            twice.append(&rows);
+            let mut both = expected.clone();
+            both.extend_from_slice(&expected);
+            assert_eq!(twice.to_row_major(), both);
+            assert_eq!(twice.len(), 2 * rows.len());
+            assert_eq!(twice, {
+                let mut again = Rows::new(d);
+                again.append(&rows);
+                again.append(&rows);
+                again
+            });
+        }
+    }
+
+    /// Equality sees the rows, not the room the columns have.
+    #[test]
+    fn equal_rows_with_different_room_are_equal() {
+        let mut a = Rows::new(2);
+        let mut b = Rows::new(2);
+        b.reserve(50);
+        for r in [&mut a, &mut b] {
+            r.append_staged(&mut staged(&[&[1.0, 2.0], &[3.0, 4.0]], 0), 7);
+        }
+        assert_eq!(a, b);
+        b.append_staged(&mut staged(&[&[5.0, 6.0]], 0), 9);
+        assert_ne!(a, b);
+        let empty = Rows::new(2);
+        assert_eq!(empty.matrix().nrows(), 0);
+        assert_eq!(empty.matrix().ncols(), 2);
+        assert!(empty.column(1).is_empty());
+    }
+}
