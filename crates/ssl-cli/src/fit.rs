@@ -504,3 +504,75 @@ fn summarise(data: &Dataset, classes: &[String], args: &FitArgs, report: Option<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::read_csv_bytes;
+
+    fn rows_of(csv: &str) -> (Dataset, Vec<String>) {
+        let data = read_csv_bytes(
+            csv.as_bytes(),
+            "d.csv",
+            &ReadOptions {
+                label: Some("y"),
+                features: None,
+                unlabeled_marker: "",
+                require_label: true,
+            },
+        )
+        .expect("parses");
+        let features = data.features.clone();
+        (data, features)
+    }
+
+    /// The value named is the first bad one in file order (its row first, then its column),
+    /// although the columns are searched one after another.
+    #[test]
+    fn the_first_bad_value_in_file_order_is_named() {
+        let cases = [
+            // A later column's bad value in an earlier row wins over an earlier column's.
+            (
+                "a,b,c,y\n1,2,3,p\n4,5,-6,q\n-7,8,9,p\n",
+                "d.csv:3: column 'c' has the value -6",
+            ),
+            // In one row, the first column.
+            (
+                "a,b,c,y\n1,2,3,p\n4,-5,-6,q\n",
+                "d.csv:3: column 'b' has the value -5",
+            ),
+            // The first column's bad value, when its row comes first.
+            (
+                "a,b,c,y\n-1,2,3,p\n4,-5,-6,q\n",
+                "d.csv:2: column 'a' has the value -1",
+            ),
+            (
+                "a,b,c,y\n1,2,3,p\n4,5,6,q\n1,2,-0.5,p\n",
+                "d.csv:4: column 'c' has the value -0.5",
+            ),
+        ];
+        for (csv, want) in cases {
+            let (data, features) = rows_of(csv);
+            let err = check_domain(
+                ModelKind::MultinomialNb,
+                None,
+                &data.labeled,
+                "d.csv",
+                &features,
+            )
+            .expect_err("a negative count");
+            assert!(err.to_string().contains(want), "{err} (want {want})");
+        }
+        let (data, features) = rows_of("a,b,y\n1,2,p\n0,5,q\n");
+        assert!(
+            check_domain(
+                ModelKind::MultinomialNb,
+                None,
+                &data.labeled,
+                "d.csv",
+                &features
+            )
+            .is_ok()
+        );
+    }
+}
