@@ -43,7 +43,9 @@ fn proba(model: &ModelFile, data: &Dataset, rows: &crate::data::Rows) -> Result<
                 rule,
             } => CliError::Data(format!(
                 "{}:{}: column '{}' has the value {value}: {rule}",
-                data.source, rows.lines[row], model.features[col]
+                data.source,
+                rows.lines()[row],
+                model.features[col]
             )),
             other => CliError::Data(format!("{}: {other}", data.source)),
         })
@@ -148,9 +150,9 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     }
     let k = model.classes.len();
     let truth: Vec<usize> = rows
-        .labels
+        .labels()
         .iter()
-        .zip(&rows.lines)
+        .zip(rows.lines())
         .map(|(l, line)| {
             model.classes.iter().position(|c| c == l).ok_or_else(|| {
                 CliError::Data(format!(

@@ -2,7 +2,8 @@
 //!
 //! Rows are parsed in one streaming pass, a piece at a time into row-major buffers, and each
 //! piece's rows are then transposed into column-major matrices (one for labeled rows, one for
-//! unlabeled: [`Rows`], which faer views without copying). A regular file is read through a memory map (no copy out of the page cache), anything else
+//! unlabeled: [`Rows`], which faer views without copying). A regular file is read through a
+//! memory map (no copy out of the page cache), anything else
 //! (standard input, pipes) by a reader thread; either way the input goes in fixed blocks that
 //! are split at newlines and parsed in parallel, the pieces appended in file order (while the
 //! next block is parsed). A row is read in one pass when it has the plain shape (a number right
@@ -974,8 +975,8 @@ mod tests {
         let d = read("a,b,y\n1,2,x\n3,4,\n5,6,z\n", Some("y")).unwrap();
         assert_eq!(d.features, vec!["a", "b"]);
         assert_eq!(d.labeled.to_row_major(), vec![1.0, 2.0, 5.0, 6.0]);
-        assert_eq!(d.labeled.labels, vec!["x", "z"]);
-        assert_eq!(d.labeled.lines, vec![2, 4]);
+        assert_eq!(d.labeled.labels(), vec!["x", "z"]);
+        assert_eq!(d.labeled.lines(), vec![2, 4]);
         assert_eq!(d.unlabeled.to_row_major(), vec![3.0, 4.0]);
         assert_eq!(d.labeled.matrix()[(1, 0)], 5.0);
     }
@@ -1001,12 +1002,12 @@ mod tests {
         let (u, l) = (d.unlabeled.matrix(), d.labeled.matrix());
         for (r, i) in (0..n).filter(|i| i % 3 == 0).enumerate() {
             assert_eq!(u[(r, 0)], i as f64);
-            assert_eq!(d.unlabeled.lines[r], i as u64 + 2);
+            assert_eq!(d.unlabeled.lines()[r], i as u64 + 2);
         }
         let last = (0..n).rev().find(|i| i % 3 != 0).unwrap();
         assert_eq!(l[(l.nrows() - 1, 0)], last as f64);
         assert_eq!(l[(l.nrows() - 1, 1)], (last / 2) as f64 + 0.5);
-        assert_eq!(*d.labeled.lines.last().unwrap(), last as u64 + 2);
+        assert_eq!(*d.labeled.lines().last().unwrap(), last as u64 + 2);
     }
 
     #[test]
@@ -1028,8 +1029,8 @@ mod tests {
         let l = d.labeled.matrix();
         let n = l.nrows();
         assert_eq!((l[(n - 2, 0)], l[(n - 2, 1)]), (7.0, 8.25));
-        assert_eq!(d.labeled.labels[n - 2], "a, quoted label");
-        assert_eq!(d.labeled.lines[n - 1], 600_003);
+        assert_eq!(d.labeled.labels()[n - 2], "a, quoted label");
+        assert_eq!(d.labeled.lines()[n - 1], 600_003);
     }
 
     /// Rows of many shapes: plain, spaces around numbers, signs, exponents, CRLF, blank lines,
@@ -1084,21 +1085,21 @@ mod tests {
             (&fast.unlabeled, &reference.unlabeled),
         ] {
             assert_eq!(f.to_row_major(), r.to_row_major());
-            assert_eq!(f.lines, r.lines);
-            assert_eq!(f.labels, r.labels);
+            assert_eq!(f.lines(), r.lines());
+            assert_eq!(f.labels(), r.labels());
         }
         // Blank lines are skipped, the rest split by their label cell.
         assert_eq!(fast.labeled.len() + fast.unlabeled.len(), n - n / 8);
         assert_eq!(fast.unlabeled.len(), 2 * n / 8);
         // Spot checks against the text: row 9 (line 11) is " 9 ,k1, 3.5,x,+9".
-        let at = fast.labeled.lines.iter().position(|&l| l == 11).unwrap();
+        let at = fast.labeled.lines().iter().position(|&l| l == 11).unwrap();
         assert_eq!(
             &fast.labeled.to_row_major()[3 * at..3 * at + 3],
             &[9.0, 9.0, 3.5]
         );
-        assert_eq!(fast.labeled.labels[at], "k1");
-        let at = fast.labeled.lines.iter().position(|&l| l == 14).unwrap();
-        assert_eq!(fast.labeled.labels[at], "k2");
+        assert_eq!(fast.labeled.labels()[at], "k1");
+        let at = fast.labeled.lines().iter().position(|&l| l == 14).unwrap();
+        assert_eq!(fast.labeled.labels()[at], "k2");
         assert_eq!(
             &fast.labeled.to_row_major()[3 * at..3 * at + 3],
             &[25.0, 12.0, 1.0]
@@ -1141,11 +1142,11 @@ mod tests {
             let d = read_features(&text, &features).unwrap();
             let at = d
                 .labeled
-                .lines
+                .lines()
                 .iter()
                 .position(|&l| l == line as u64)
                 .unwrap();
-            assert_eq!(d.labeled.labels[at], label);
+            assert_eq!(d.labeled.labels()[at], label);
             assert_eq!(
                 &d.labeled.to_row_major()[3 * at..3 * at + 3],
                 &[2.0, 1.0, 3.0]
@@ -1159,8 +1160,8 @@ mod tests {
         // positions would put `3,4` on line 2 and `7,8` on line 5.
         let text = "a,b,y\n\"1\",2,x\r\n3,4,x\r\n\r\n5,6,\"two\nlines\"\n7,8,x\n";
         let d = read(text, Some("y")).unwrap();
-        assert_eq!(d.labeled.lines, vec![2, 3, 5, 7]);
-        assert_eq!(d.labeled.labels[2], "two\nlines");
+        assert_eq!(d.labeled.lines(), vec![2, 3, 5, 7]);
+        assert_eq!(d.labeled.labels()[2], "two\nlines");
         assert_eq!(
             d.labeled.to_row_major(),
             vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]

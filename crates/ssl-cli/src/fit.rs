@@ -98,7 +98,7 @@ pub fn check_domain(
     // The first bad value in file order: the lowest row, and in it the first column. Columns
     // are searched in order, each only above the row found so far.
     let mut first: Option<(usize, usize, f64, &str)> = None;
-    for j in 0..rows.n_features {
+    for j in 0..rows.n_features() {
         let rows_left = first.map_or(rows.len(), |f| f.0);
         for (r, &v) in rows.column(j)[..rows_left].iter().enumerate() {
             if let Some(p) = problem(v) {
@@ -110,7 +110,8 @@ pub fn check_domain(
     match first {
         Some((r, j, v, p)) => Err(CliError::Data(format!(
             "{source}:{}: column '{}' has the value {v}: {p}",
-            rows.lines[r], features[j]
+            rows.lines()[r],
+            features[j]
         ))),
         None => Ok(()),
     }
@@ -286,7 +287,7 @@ fn usage_from(e: GenerativeError) -> CliError {
 /// Runs `ssl-cli fit`.
 pub fn fit(args: &FitArgs, quiet: bool) -> Result<()> {
     let (data, sources) = read_training(args)?;
-    let mut classes: Vec<String> = data.labeled.labels.clone();
+    let mut classes: Vec<String> = data.labeled.labels().to_vec();
     classes.sort();
     classes.dedup();
     if data.labeled.is_empty() {
@@ -304,7 +305,7 @@ pub fn fit(args: &FitArgs, quiet: bool) -> Result<()> {
     let k = classes.len();
     let y: Vec<usize> = data
         .labeled
-        .labels
+        .labels()
         .iter()
         .map(|l| classes.binary_search(l).unwrap_or(0))
         .collect();

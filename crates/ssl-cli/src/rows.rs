@@ -24,12 +24,11 @@ pub struct Rows {
     columns: Vec<f64>,
     /// Rows each column has room for (≥ the number of rows).
     stride: usize,
-    /// 1-based line in the source file of each row.
-    pub lines: Vec<u64>,
-    /// Label text of each row, for labeled rows read with a label column (empty otherwise:
-    /// unlabeled rows carry no label, which saves memory on large files).
-    pub labels: Vec<String>,
-    pub n_features: usize,
+    /// 1-based line in the source file of each row (their number is the number of rows).
+    lines: Vec<u64>,
+    /// Label text of each row, for labeled rows read with a label column (empty otherwise).
+    labels: Vec<String>,
+    n_features: usize,
 }
 
 impl PartialEq for Rows {
@@ -49,6 +48,19 @@ impl Rows {
             n_features,
             ..Default::default()
         }
+    }
+    /// Number of features (columns).
+    pub fn n_features(&self) -> usize {
+        self.n_features
+    }
+    /// The 1-based line in the source file of each row.
+    pub fn lines(&self) -> &[u64] {
+        &self.lines
+    }
+    /// The label text of each row, for labeled rows read with a label column (empty otherwise:
+    /// unlabeled rows carry no label, which saves memory on large files).
+    pub fn labels(&self) -> &[String] {
+        &self.labels
     }
     /// Number of rows.
     pub fn len(&self) -> usize {
