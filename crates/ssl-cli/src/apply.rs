@@ -151,7 +151,6 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let k = model.classes.len();
     let truth: Vec<usize> = rows
         .labels()
-        .iter()
         .zip(rows.lines())
         .map(|(l, line)| {
             model.classes.iter().position(|c| c == l).ok_or_else(|| {

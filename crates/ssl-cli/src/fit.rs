@@ -287,9 +287,8 @@ fn usage_from(e: GenerativeError) -> CliError {
 /// Runs `ssl-cli fit`.
 pub fn fit(args: &FitArgs, quiet: bool) -> Result<()> {
     let (data, sources) = read_training(args)?;
-    let mut classes: Vec<String> = data.labeled.labels().to_vec();
+    let mut classes: Vec<String> = data.labeled.label_names().to_vec();
     classes.sort();
-    classes.dedup();
     if data.labeled.is_empty() {
         return Err(CliError::Data(format!(
             "{}: no labeled rows (every cell of label column '{}' is the unlabeled marker)",
@@ -303,11 +302,18 @@ pub fn fit(args: &FitArgs, quiet: bool) -> Result<()> {
         )));
     }
     let k = classes.len();
-    let y: Vec<usize> = data
+    // Each distinct label's class, then each row's.
+    let class_of: Vec<usize> = data
         .labeled
-        .labels()
+        .label_names()
         .iter()
         .map(|l| classes.binary_search(l).unwrap_or(0))
+        .collect();
+    let y: Vec<usize> = data
+        .labeled
+        .label_ids()
+        .iter()
+        .map(|&id| class_of[id as usize])
         .collect();
     let binarize = match args.binarize.trim() {
         "none" => None,

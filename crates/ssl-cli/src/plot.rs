@@ -325,7 +325,7 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
     let mut labeled_flags = Vec::new();
     for (rows, labeled) in [(&data.unlabeled, false), (&data.labeled, true)] {
         labeled_flags.extend(
-            (0..rows.len()).map(|i| labeled && rows.labels().get(i).is_some_and(|l| !l.is_empty())),
+            (0..rows.len()).map(|i| labeled && rows.label(i).is_some_and(|l| !l.is_empty())),
         );
     }
     let d = file.features.len();

@@ -8,13 +8,65 @@
 //! rows are staged row-major a piece at a time ([`Staged`]) and transposed once into the
 //! columns as each piece is appended.
 //!
+//! Labels are kept as an index per row into a table of the distinct labels ([`LabelTable`]):
+//! a `String` per row took about 56 bytes (its header and a heap block), 56 MB for a million
+//! labeled rows, and `fit` cloned them all once more to find the classes.
+//!
 //! The columns have room for `stride` rows each (more than `len` while rows are still coming):
 //! growing copies each column into a larger buffer, as a `Vec` does its values. A file's rows
 //! are reserved at once from its size (`data::reserve_for_input`), so a file read through a
 //! memory map usually allocates them once; the room not yet written is zero pages that take no
 //! memory.
 
+use std::collections::HashMap;
+
 use faer::MatRef;
+
+/// Distinct labels, numbered in the order they were first met.
+#[derive(Debug, Default, Clone)]
+pub struct LabelTable {
+    names: Vec<String>,
+    /// Name → number, kept once there are more than [`FEW_LABELS`] (below, a scan is quicker
+    /// than hashing).
+    index: HashMap<String, u32>,
+}
+
+/// Labels a table scans rather than hashes.
+const FEW_LABELS: usize = 16;
+
+impl LabelTable {
+    /// The distinct labels, in the order met.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+    /// The number of `label`, added if new.
+    pub fn id_of(&mut self, label: &str) -> u32 {
+        let found = if self.names.len() <= FEW_LABELS {
+            self.names.iter().position(|n| n == label).map(|p| p as u32)
+        } else {
+            self.index.get(label).copied()
+        };
+        if let Some(id) = found {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(label.to_string());
+        if self.names.len() > FEW_LABELS {
+            if self.index.is_empty() {
+                let all = self.names.iter().enumerate();
+                self.index = all.map(|(i, n)| (n.clone(), i as u32)).collect();
+            } else {
+                self.index.insert(label.to_string(), id);
+            }
+        }
+        id
+    }
+    /// Empties it, keeping its memory.
+    fn clear(&mut self) {
+        self.names.clear();
+        self.index.clear();
+    }
+}
 
 /// Rows of one kind (labeled or unlabeled) with the file lines they came from.
 #[derive(Debug, Default, Clone)]
@@ -26,8 +78,10 @@ pub struct Rows {
     stride: usize,
     /// 1-based line in the source file of each row (their number is the number of rows).
     lines: Vec<u64>,
-    /// Label text of each row, for labeled rows read with a label column (empty otherwise).
-    labels: Vec<String>,
+    /// Each row's label, a number in `label_table`, for labeled rows read with a label column
+    /// (empty otherwise).
+    labels: Vec<u32>,
+    label_table: LabelTable,
     n_features: usize,
 }
 
@@ -36,7 +90,7 @@ impl PartialEq for Rows {
     fn eq(&self, other: &Self) -> bool {
         self.n_features == other.n_features
             && self.lines == other.lines
-            && self.labels == other.labels
+            && self.labels().eq(other.labels())
             && (0..self.n_features).all(|j| self.column(j) == other.column(j))
     }
 }
@@ -57,10 +111,33 @@ impl Rows {
     pub fn lines(&self) -> &[u64] {
         &self.lines
     }
-    /// The label text of each row, for labeled rows read with a label column (empty otherwise:
-    /// unlabeled rows carry no label, which saves memory on large files).
-    pub fn labels(&self) -> &[String] {
+    /// The label of each row, for labeled rows read with a label column (none otherwise:
+    /// unlabeled rows carry no label).
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = &str> + '_ {
+        self.labels
+            .iter()
+            .map(|&id| self.label_table.names[id as usize].as_str())
+    }
+    /// Row `i`'s label, if it has one.
+    pub fn label(&self, i: usize) -> Option<&str> {
+        let id = *self.labels.get(i)?;
+        Some(self.label_table.names[id as usize].as_str())
+    }
+    /// Each row's label as a number in [`Rows::label_names`] (empty without labels).
+    pub fn label_ids(&self) -> &[u32] {
         &self.labels
+    }
+    /// The distinct labels of the rows, in the order first met.
+    pub fn label_names(&self) -> &[String] {
+        self.label_table.names()
+    }
+    /// `other`'s labels as numbers of this table (added where new), by `other`'s numbers.
+    fn adopt_labels(&mut self, other: &LabelTable) -> Vec<u32> {
+        other
+            .names()
+            .iter()
+            .map(|n| self.label_table.id_of(n))
+            .collect()
     }
     /// Number of rows.
     pub fn len(&self) -> usize {
@@ -135,7 +212,9 @@ impl Rows {
         }
         self.lines
             .extend(staged.lines.iter().map(|r| r + first_line));
-        self.labels.append(&mut staged.labels);
+        let ids = self.adopt_labels(&staged.label_table);
+        self.labels
+            .extend(staged.labels.iter().map(|&i| ids[i as usize]));
     }
     /// Appends the rows of `other` (the same features), with their lines and labels.
     pub fn append(&mut self, other: &Rows) {
@@ -150,7 +229,9 @@ impl Rows {
             );
         }
         self.lines.extend_from_slice(&other.lines);
-        self.labels.extend_from_slice(&other.labels);
+        let ids = self.adopt_labels(&other.label_table);
+        self.labels
+            .extend(other.labels.iter().map(|&i| ids[i as usize]));
     }
 }
 
@@ -162,8 +243,9 @@ pub(crate) struct Staged {
     pub values: Vec<f64>,
     /// Line of each row, from the piece's first (0) or absolute (the `csv` path).
     pub lines: Vec<u64>,
-    /// Label text of each labeled row read with a label column.
-    pub labels: Vec<String>,
+    /// Each labeled row's label (read with a label column), a number in `label_table`.
+    labels: Vec<u32>,
+    label_table: LabelTable,
 }
 
 impl Staged {
@@ -172,6 +254,12 @@ impl Staged {
         self.values.clear();
         self.lines.clear();
         self.labels.clear();
+        self.label_table.clear();
+    }
+    /// Gives the last row the label `text` (invalid UTF-8 replaced).
+    pub fn push_label(&mut self, text: &[u8]) {
+        let id = self.label_table.id_of(&String::from_utf8_lossy(text));
+        self.labels.push(id);
     }
 }
 
@@ -183,7 +271,7 @@ mod tests {
         Staged {
             values: rows.iter().flat_map(|r| r.iter().copied()).collect(),
             lines: (first..first + rows.len() as u64).collect(),
-            labels: Vec::new(),
+            ..Default::default()
         }
     }
 
@@ -238,6 +326,71 @@ mod tests {
                 again.append(&rows);
                 again
             });
+        }
+    }
+
+    /// A label keeps its number past the switch from scanning to hashing (every count of
+    /// labels around `FEW_LABELS`), and new labels get the next number.
+    #[test]
+    fn labels_keep_their_numbers_in_order_met() {
+        let mut table = LabelTable::default();
+        for n in 0..3 * FEW_LABELS {
+            assert_eq!(table.id_of(&format!("c{n}")), n as u32);
+            for m in (0..=n).rev() {
+                assert_eq!(table.id_of(&format!("c{m}")), m as u32, "{m} of {n}");
+            }
+            assert_eq!(table.names().len(), n + 1);
+        }
+        table.clear();
+        assert_eq!(table.id_of("c5"), 0);
+        assert_eq!(table.id_of("c0"), 1);
+    }
+
+    /// Pieces meet labels in their own orders; appended, each row keeps its label, and the
+    /// rows' table lists each label once, in the order the rows met them.
+    #[test]
+    fn appended_pieces_keep_each_rows_label() {
+        let names: Vec<String> = (0..40).map(|i| format!("k{}", (i * 7) % 23)).collect();
+        let mut rows = Rows::new(1);
+        let mut want = Vec::new();
+        for (p, chunk) in names.chunks(9).enumerate() {
+            let mut s = Staged::default();
+            // Each piece in reverse, so that its numbering differs from the rows'.
+            for (i, name) in chunk.iter().rev().enumerate() {
+                s.values.push((p * 100 + i) as f64);
+                s.lines.push(i as u64);
+                s.push_label(name.as_bytes());
+                want.push(name.as_str());
+            }
+            rows.append_staged(&mut s, 0);
+        }
+        s_eq(&rows, &want);
+        let mut twice = rows.clone();
+        twice.append(&rows);
+        let both: Vec<&str> = want.iter().chain(&want).copied().collect();
+        s_eq(&twice, &both);
+        let mut distinct: Vec<&str> = Vec::new();
+        for w in &want {
+            if !distinct.contains(w) {
+                distinct.push(w);
+            }
+        }
+        assert_eq!(rows.label_names(), &distinct[..]);
+        assert_eq!(rows.label(want.len()), None);
+        let mut invalid = Staged::default();
+        invalid.values.push(0.0);
+        invalid.lines.push(0);
+        invalid.push_label(b"a\xffb");
+        rows.append_staged(&mut invalid, 0);
+        assert_eq!(rows.label(want.len()), Some("a\u{fffd}b"));
+    }
+
+    fn s_eq(rows: &Rows, want: &[&str]) {
+        assert_eq!(rows.labels().collect::<Vec<_>>(), want);
+        assert_eq!(rows.label_ids().len(), want.len());
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(rows.label(i), Some(*w));
+            assert_eq!(rows.label_names()[rows.label_ids()[i] as usize], *w);
         }
     }
 
