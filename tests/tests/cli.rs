@@ -217,6 +217,55 @@ fn semi_supervised_fit_reports_lambda_and_verdict_and_uses_stdin_and_second_file
         "{}",
         r.stderr
     );
+    // Half the unlabeled rows in the main file, the other half in a second file: they are
+    // appended to the first half (where a main file without unlabeled rows takes the second
+    // file's rows whole), and the three fits see the same rows in the same order.
+    let mut seen = 0;
+    let (mut main, mut rest) = (String::new(), String::from("x0,x1,x2,x3\n"));
+    for (i, l) in text.lines().enumerate() {
+        if i > 0 && l.ends_with(',') {
+            seen += 1;
+            if seen > 50 {
+                rest.push_str(&format!("{}\n", l.trim_end_matches(',')));
+                continue;
+            }
+        }
+        main.push_str(&format!("{l}\n"));
+    }
+    assert_eq!(seen, 100);
+    write(dir.path(), "main.csv", &main);
+    write(dir.path(), "rest.csv", &rest);
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit",
+            "--model",
+            "gaussian-nb",
+            "--data",
+            "main.csv",
+            "--unlabeled",
+            "rest.csv",
+            "--label",
+            "label",
+            "--out",
+            "m4.json",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
+        "{}",
+        r.stderr
+    );
+    let model = |f: &str| -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(f)).unwrap()).unwrap();
+        v["model"].clone()
+    };
+    assert!(!model("m3.json").is_null());
+    assert_eq!(model("m2.json"), model("m3.json"));
+    assert_eq!(model("m4.json"), model("m3.json"));
 }
 
 #[test]

@@ -140,7 +140,13 @@ fn read_training(args: &FitArgs) -> Result<(Dataset, Vec<String>)> {
             },
         )?;
         // The extra file has no label column: its rows are all `labeled` and carry no labels.
-        data.unlabeled.append(&more.labeled);
+        // Moved rather than copied when the main file has no unlabeled rows (the usual split:
+        // labeled rows in one file, the pool in another), so that they are never held twice.
+        if data.unlabeled.is_empty() {
+            data.unlabeled = more.labeled;
+        } else {
+            data.unlabeled.append(&more.labeled);
+        }
         sources.push(extra.clone());
     }
     Ok((data, sources))
