@@ -459,7 +459,17 @@ fn parse_blocks<B: AsRef<[u8]> + Sync>(
     let (mut parsing, mut parsed) = (Vec::new(), Vec::new());
     let mut pending: Option<(Vec<u64>, usize)> = None; // piece first lines, block bytes
     let mut reserved = false;
+    // Input of unknown size (a pipe) is staged whole, row-major, and laid out at the end
+    // (`Rows::append_staged_whole`): columns that grow copy every row at each step.
+    let mut whole: Option<(Staged, Staged)> = input_len.is_none().then(Default::default);
     let mut append = |pieces: &mut Vec<(Staged, Staged)>, pending: Option<(Vec<u64>, usize)>| {
+        if let (Some((wl, wu)), Some((starts, _))) = (whole.as_mut(), pending.as_ref()) {
+            for ((l, u), &start) in pieces.iter().zip(starts) {
+                wl.append(l, start);
+                wu.append(u, start);
+            }
+            return;
+        }
         if let Some((starts, bytes)) = pending {
             // Before the first block's rows are appended, so that the columns are allocated
             // once rather than grown piece by piece.
@@ -482,6 +492,10 @@ fn parse_blocks<B: AsRef<[u8]> + Sync>(
             || append(&mut parsed, pending.take()),
         );
         let Some((starts, next_line)) = result? else {
+            if let Some((wl, wu)) = whole.as_mut() {
+                labeled.append_staged_whole(wl);
+                unlabeled.append_staged_whole(wu);
+            }
             return slow(block, line, labeled, unlabeled);
         };
         line = next_line;
@@ -490,6 +504,10 @@ fn parse_blocks<B: AsRef<[u8]> + Sync>(
         done(block);
     }
     append(&mut parsed, pending.take());
+    if let Some((wl, wu)) = whole.as_mut() {
+        labeled.append_staged_whole(wl);
+        unlabeled.append_staged_whole(wu);
+    }
     Ok(())
 }
 

@@ -210,6 +210,42 @@ impl Rows {
             let len = self.len();
             density::block::copy_rows_to_columns(x, &mut self.columns[len..], self.stride);
         }
+        self.append_lines_and_labels(staged, first_line);
+    }
+    /// Appends all of `staged`'s rows (row-major, their lines absolute), transposed a run at a
+    /// time from the last back, `staged`'s values cut and shrunk after each run, so that the
+    /// rows are never held twice. For input of unknown size (a pipe): its rows are staged whole
+    /// (a growing `Vec` is moved by remapping its pages, not copied) and laid out once at the
+    /// end, where growing columns copy every row at each step.
+    pub(crate) fn append_staged_whole(&mut self, staged: &mut Staged) {
+        let (m, d) = (staged.lines.len(), self.n_features);
+        if m > 0 && d > 0 {
+            self.reserve(m);
+            let len = self.len();
+            let run = m.div_ceil(WHOLE_RUNS).max(4096);
+            let mut end = m;
+            while end > 0 {
+                let start = end.saturating_sub(run);
+                let x = MatRef::from_row_major_slice(
+                    &staged.values[start * d..end * d],
+                    end - start,
+                    d,
+                );
+                density::block::copy_rows_to_columns(
+                    x,
+                    &mut self.columns[len + start..],
+                    self.stride,
+                );
+                staged.values.truncate(start * d);
+                staged.values.shrink_to_fit();
+                end = start;
+            }
+        }
+        self.append_lines_and_labels(staged, 0);
+        staged.clear();
+    }
+    /// `staged`'s lines (shifted by `first_line`) and labels (renumbered) after the last row's.
+    fn append_lines_and_labels(&mut self, staged: &Staged, first_line: u64) {
         self.lines
             .extend(staged.lines.iter().map(|r| r + first_line));
         let ids = self.adopt_labels(&staged.label_table);
@@ -235,6 +271,10 @@ impl Rows {
     }
 }
 
+/// Runs [`Rows::append_staged_whole`] lays out rows in: each shrinks the staged rows by about
+/// this share.
+const WHOLE_RUNS: usize = 16;
+
 /// Rows as a parser produces them, row-major, before they are appended to [`Rows`]: one
 /// piece of a block, or a run of rows read by the `csv` crate.
 #[derive(Debug, Default, Clone)]
@@ -255,6 +295,20 @@ impl Staged {
         self.lines.clear();
         self.labels.clear();
         self.label_table.clear();
+    }
+    /// Appends `other`'s rows, their lines shifted by `first_line`, their labels renumbered.
+    pub fn append(&mut self, other: &Staged, first_line: u64) {
+        self.values.extend_from_slice(&other.values);
+        self.lines
+            .extend(other.lines.iter().map(|r| r + first_line));
+        let ids: Vec<u32> = other
+            .label_table
+            .names()
+            .iter()
+            .map(|n| self.label_table.id_of(n))
+            .collect();
+        self.labels
+            .extend(other.labels.iter().map(|&i| ids[i as usize]));
     }
     /// Gives the last row the label `text` (invalid UTF-8 replaced).
     pub fn push_label(&mut self, text: &[u8]) {
@@ -391,6 +445,42 @@ mod tests {
         for (i, w) in want.iter().enumerate() {
             assert_eq!(rows.label(i), Some(*w));
             assert_eq!(rows.label_names()[rows.label_ids()[i] as usize], *w);
+        }
+    }
+
+    /// Rows staged whole and laid out from the back in runs (one run, several, a last short
+    /// one) are the rows appended piece by piece: values, lines and labels, after rows already
+    /// there; the staged rows are left empty.
+    #[test]
+    fn rows_staged_whole_are_the_rows_appended_in_pieces() {
+        for (m, d) in [(0usize, 2usize), (5, 3), (4096, 1), (70_001, 3), (9000, 17)] {
+            let mut pieces = Rows::new(d);
+            let mut first = Staged {
+                values: vec![-1.0; 2 * d],
+                lines: vec![1, 2],
+                ..Default::default()
+            };
+            first.push_label(b"head");
+            first.push_label(b"k1");
+            let mut whole_rows = pieces.clone();
+            pieces.append_staged(&mut first.clone(), 0);
+            whole_rows.append_staged(&mut first, 0);
+            let mut whole = Staged::default();
+            for p in 0..m.div_ceil(1000) {
+                let mut s = Staged::default();
+                for i in p * 1000..(p * 1000 + 1000).min(m) {
+                    s.values.extend((0..d).map(|j| (i * 100 + j) as f64));
+                    s.lines.push((i - p * 1000) as u64);
+                    s.push_label(format!("k{}", i % 3).as_bytes());
+                }
+                whole.append(&s, 10 + p as u64 * 1000);
+                pieces.append_staged(&mut s, 10 + p as u64 * 1000);
+            }
+            whole_rows.append_staged_whole(&mut whole);
+            assert_eq!(whole_rows, pieces, "{m} x {d}");
+            assert_eq!(whole_rows.to_row_major(), pieces.to_row_major());
+            assert!(whole.values.is_empty() && whole.lines.is_empty());
+            assert_eq!(whole_rows.len(), m + 2);
         }
     }
 
