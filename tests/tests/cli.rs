@@ -169,53 +169,33 @@ fn semi_supervised_fit_reports_lambda_and_verdict_and_uses_stdin_and_second_file
     let unlabeled = unlabeled.replacen(",label", "", 1);
     write(dir.path(), "lab.csv", &labeled);
     write(dir.path(), "unl.csv", &unlabeled);
-    let r = run_in(
-        dir.path(),
-        &[
+    // A Gaussian NB fit with these data options, which must see 50 labeled and 100 unlabeled
+    // rows.
+    let fit_gnb = |data: &[&str], out: &str| {
+        let mut args = vec![
             "fit",
             "--model",
             "gaussian-nb",
-            "--data",
-            "lab.csv",
-            "--unlabeled",
-            "unl.csv",
             "--label",
             "label",
             "--out",
-            "m2.json",
-        ],
-        None,
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
-        "{}",
-        r.stderr
-    );
+            out,
+        ];
+        args.extend_from_slice(data);
+        let r = run_in(dir.path(), &args, None);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(
+            r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
+            "{out}: {}",
+            r.stderr
+        );
+    };
+    fit_gnb(&["--data", "lab.csv", "--unlabeled", "unl.csv"], "m2.json");
     let marker = text.replace(",\n", ",?\n");
     write(dir.path(), "marker.csv", &marker);
-    let r = run_in(
-        dir.path(),
-        &[
-            "fit",
-            "--model",
-            "gaussian-nb",
-            "--data",
-            "marker.csv",
-            "--unlabeled-marker",
-            "?",
-            "--label",
-            "label",
-            "--out",
-            "m3.json",
-        ],
-        None,
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
-        "{}",
-        r.stderr
+    fit_gnb(
+        &["--data", "marker.csv", "--unlabeled-marker", "?"],
+        "m3.json",
     );
     // Half the unlabeled rows in the main file, the other half in a second file: they are
     // appended to the first half (where a main file without unlabeled rows takes the second
@@ -235,28 +215,9 @@ fn semi_supervised_fit_reports_lambda_and_verdict_and_uses_stdin_and_second_file
     assert_eq!(seen, 100);
     write(dir.path(), "main.csv", &main);
     write(dir.path(), "rest.csv", &rest);
-    let r = run_in(
-        dir.path(),
-        &[
-            "fit",
-            "--model",
-            "gaussian-nb",
-            "--data",
-            "main.csv",
-            "--unlabeled",
-            "rest.csv",
-            "--label",
-            "label",
-            "--out",
-            "m4.json",
-        ],
-        None,
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("50 labeled rows, 100 unlabeled rows"),
-        "{}",
-        r.stderr
+    fit_gnb(
+        &["--data", "main.csv", "--unlabeled", "rest.csv"],
+        "m4.json",
     );
     let model = |f: &str| -> serde_json::Value {
         let v: serde_json::Value =
