@@ -16,7 +16,7 @@
 //! growing copies each column into a larger buffer, as a `Vec` does its values. A file's rows
 //! are reserved at once from its size (`data::reserve_for_input`), so a file read through a
 //! memory map usually allocates them once; the room not yet written is zero pages that take no
-//! memory.
+//! memory until written (with huge pages, those sharing a 2 MB page with written rows do).
 
 use std::collections::HashMap;
 
@@ -252,7 +252,8 @@ impl Rows {
         self.labels
             .extend(staged.labels.iter().map(|&i| ids[i as usize]));
     }
-    /// Appends the rows of `other` (the same features), with their lines and labels.
+    /// Appends the rows of `other`, with their lines and labels. Panics when `other` has more
+    /// features (its columns would not fit).
     pub fn append(&mut self, other: &Rows) {
         let (m, d) = (other.len(), self.n_features);
         if m > 0 && d > 0 {
