@@ -61,6 +61,12 @@ impl LabelTable {
         }
         id
     }
+    /// Appends `ids` (numbers in `other`) to `out` as numbers of this table, adding `other`'s
+    /// labels where new.
+    fn renumber_into(&mut self, other: &LabelTable, ids: &[u32], out: &mut Vec<u32>) {
+        let map: Vec<u32> = other.names.iter().map(|n| self.id_of(n)).collect();
+        out.extend(ids.iter().map(|&i| map[i as usize]));
+    }
     /// Empties it, keeping its memory.
     fn clear(&mut self) {
         self.names.clear();
@@ -131,14 +137,6 @@ impl Rows {
     pub fn label_names(&self) -> &[String] {
         self.label_table.names()
     }
-    /// `other`'s labels as numbers of this table (added where new), by `other`'s numbers.
-    fn adopt_labels(&mut self, other: &LabelTable) -> Vec<u32> {
-        other
-            .names()
-            .iter()
-            .map(|n| self.label_table.id_of(n))
-            .collect()
-    }
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.lines.len()
@@ -203,14 +201,18 @@ impl Rows {
     /// Appends `staged`'s rows (row-major), numbering their lines from `first_line` on (the
     /// staged lines are counted from 0 within their piece), and moves its labels.
     pub(crate) fn append_staged(&mut self, staged: &mut Staged, first_line: u64) {
-        let (m, d) = (staged.lines.len(), self.n_features);
-        if m > 0 && d > 0 {
-            self.make_room(m);
-            let x = MatRef::from_row_major_slice(&staged.values, m, d);
+        let x = MatRef::from_row_major_slice(&staged.values, staged.lines.len(), self.n_features);
+        self.append_values(x);
+        self.append_lines_and_labels(staged, first_line);
+    }
+    /// The rows of `x` (any layout, `n_features` columns or fewer) after the last row's, in
+    /// the columns only (their lines and labels are the caller's).
+    fn append_values(&mut self, x: MatRef<'_, f64>) {
+        if x.nrows() > 0 && self.n_features > 0 {
+            self.make_room(x.nrows());
             let len = self.len();
             density::block::copy_rows_to_columns(x, &mut self.columns[len..], self.stride);
         }
-        self.append_lines_and_labels(staged, first_line);
     }
     /// Appends all of `staged`'s rows (row-major, their lines absolute), transposed a run at a
     /// time from the last back, `staged`'s values cut and shrunk after each run, so that the
@@ -248,27 +250,16 @@ impl Rows {
     fn append_lines_and_labels(&mut self, staged: &Staged, first_line: u64) {
         self.lines
             .extend(staged.lines.iter().map(|r| r + first_line));
-        let ids = self.adopt_labels(&staged.label_table);
-        self.labels
-            .extend(staged.labels.iter().map(|&i| ids[i as usize]));
+        self.label_table
+            .renumber_into(&staged.label_table, &staged.labels, &mut self.labels);
     }
     /// Appends the rows of `other`, with their lines and labels. Panics when `other` has more
     /// features (its columns would not fit).
     pub fn append(&mut self, other: &Rows) {
-        let (m, d) = (other.len(), self.n_features);
-        if m > 0 && d > 0 {
-            self.make_room(m);
-            let len = self.len();
-            density::block::copy_rows_to_columns(
-                other.matrix(),
-                &mut self.columns[len..],
-                self.stride,
-            );
-        }
+        self.append_values(other.matrix());
         self.lines.extend_from_slice(&other.lines);
-        let ids = self.adopt_labels(&other.label_table);
-        self.labels
-            .extend(other.labels.iter().map(|&i| ids[i as usize]));
+        self.label_table
+            .renumber_into(&other.label_table, &other.labels, &mut self.labels);
     }
 }
 
@@ -302,14 +293,8 @@ impl Staged {
         self.values.extend_from_slice(&other.values);
         self.lines
             .extend(other.lines.iter().map(|r| r + first_line));
-        let ids: Vec<u32> = other
-            .label_table
-            .names()
-            .iter()
-            .map(|n| self.label_table.id_of(n))
-            .collect();
-        self.labels
-            .extend(other.labels.iter().map(|&i| ids[i as usize]));
+        self.label_table
+            .renumber_into(&other.label_table, &other.labels, &mut self.labels);
     }
     /// Gives the last row the label `text` (invalid UTF-8 replaced).
     pub fn push_label(&mut self, text: &[u8]) {
