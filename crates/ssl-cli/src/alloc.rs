@@ -1,17 +1,28 @@
 //! The global allocator of our binaries: the system allocator, asking the kernel for transparent
-//! huge pages on large blocks.
+//! huge pages on large blocks, and mapping the largest blocks itself so that they grow in place.
 //!
-//! Why: a fresh large buffer (the n × K posteriors of a prediction, the feature matrix of a CSV
-//! file) is backed page by page on first touch. With 4 KiB pages that is one page fault per
-//! 4 KiB, and on a virtual machine the faults cost more than the work: filling a fresh 80 MB
-//! output took longer than computing a K = 10 prediction into a reused one. With Linux's
-//! transparent huge pages in their common `madvise` mode, a block must ask for 2 MiB pages
-//! (`madvise(MADV_HUGEPAGE)`), which cuts the faults 512-fold. NumPy does the same for every
-//! array of 4 MiB or more, so scikit-learn's outputs already get this.
+//! Why huge pages: a fresh large buffer (the n × K posteriors of a prediction, the feature
+//! matrix of a CSV file) is backed page by page on first touch. With 4 KiB pages that is one
+//! page fault per 4 KiB, and on a virtual machine the faults cost more than the work: filling a
+//! fresh 80 MB output took longer than computing a K = 10 prediction into a reused one. With
+//! Linux's transparent huge pages in their common `madvise` mode, a block must ask for 2 MiB
+//! pages (`madvise(MADV_HUGEPAGE)`), which cuts the faults 512-fold. NumPy does the same for
+//! every array of 4 MiB or more, so scikit-learn's outputs already get this.
 //!
-//! Only the whole 2 MiB pages inside a block are advised, so nothing outside the block is
-//! touched; the advice changes how pages are backed, never their contents, so results are the
-//! same with or without it. Elsewhere than Linux this is the system allocator unchanged.
+//! Why blocks of [`OWN_MAPPING_MIN_BYTES`] or more are mapped here: glibc maps such blocks
+//! itself, and grows them with `mremap`, which moves pages instead of copying bytes. But advising
+//! only the whole huge pages inside glibc's mapping splits it into several kernel mappings (the
+//! advice is a property of a mapping), and `mremap` refuses a range that spans more than one
+//! (`EFAULT`), so glibc fell back to allocating anew and copying: a `Vec` of rows read from a
+//! pipe, growing from 109 to 219 MB, briefly needed both. A block mapped here is one mapping,
+//! advised whole and aligned to a huge page, so `mremap` grows and shrinks it without a copy.
+//! Below that size glibc may serve a block from memory it keeps between frees (its mapping
+//! threshold rises to 32 MiB as blocks are freed), which saves clearing fresh pages; those
+//! blocks stay glibc's, and only the whole huge pages inside them are advised, so nothing
+//! outside a block is touched.
+//!
+//! The advice changes how pages are backed, never their contents, so results are the same with
+//! or without it. Elsewhere than Linux this is the system allocator unchanged.
 //!
 //! Binaries opt in with
 //! `#[global_allocator] static ALLOC: ssl_cli::alloc::HugePageAlloc = ssl_cli::alloc::HugePageAlloc;`
@@ -21,15 +32,26 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 
 /// The system allocator, with transparent huge pages asked for on blocks of
-/// [`HUGE_PAGE_MIN_BYTES`] or more.
+/// [`HUGE_PAGE_MIN_BYTES`] or more, and blocks of [`OWN_MAPPING_MIN_BYTES`] or more mapped
+/// directly (Linux only).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HugePageAlloc;
 
 /// Blocks at least this large are advised (NumPy's threshold).
 pub const HUGE_PAGE_MIN_BYTES: usize = 4 << 20;
 
+/// Blocks at least this large (with an alignment of at most a base page) are mapped by this
+/// allocator rather than glibc: glibc's largest mapping threshold (`DEFAULT_MMAP_THRESHOLD_MAX`
+/// on 64-bit targets), above which glibc maps every block anyway, so blocks this large were
+/// never kept between frees before either.
+pub const OWN_MAPPING_MIN_BYTES: usize = 32 << 20;
+
 /// The x86-64 and aarch64 (4 KiB base page) transparent huge page size.
 const HUGE_PAGE: usize = 2 << 20;
+
+/// The base page size assumed for mappings (x86-64 and aarch64 Linux's usual one; checked
+/// against the kernel's before the first mapping).
+const BASE_PAGE: usize = 4 << 10;
 
 /// The whole huge pages inside `[start, start + len)`, as (first address, length).
 fn huge_pages_within(start: usize, len: usize) -> Option<(usize, usize)> {
@@ -38,7 +60,7 @@ fn huge_pages_within(start: usize, len: usize) -> Option<(usize, usize)> {
     (end > first).then(|| (first, end - first))
 }
 
-/// Asks for huge pages inside a block of `len` bytes at `ptr` that this allocator returned.
+/// Asks for huge pages inside a block of `len` bytes at `ptr` that glibc returned.
 #[inline]
 fn advise(ptr: *mut u8, len: usize) {
     #[cfg(target_os = "linux")]
@@ -58,11 +80,132 @@ fn advise(ptr: *mut u8, len: usize) {
     let _ = (ptr, len);
 }
 
-// SAFETY: every block comes from and goes back to `System` with the caller's layout unchanged;
-// `advise` only adds a hint on memory inside the block.
+/// Blocks this allocator maps itself (see [`OWN_MAPPING_MIN_BYTES`]). `alloc`, `realloc` and
+/// `dealloc` decide by the layout alone, so a block is always returned the way it was obtained.
+#[cfg(target_os = "linux")]
+mod own {
+    use super::{BASE_PAGE, HUGE_PAGE, OWN_MAPPING_MIN_BYTES};
+
+    /// Whether a block of `size` bytes aligned to `align` is mapped here.
+    #[inline]
+    pub(super) fn owns(size: usize, align: usize) -> bool {
+        // SAFETY: sysconf only reads a value the C library already holds.
+        size >= OWN_MAPPING_MIN_BYTES
+            && align <= BASE_PAGE
+            && unsafe { libc::sysconf(libc::_SC_PAGESIZE) } == BASE_PAGE as libc::c_long
+    }
+
+    /// The mapping's length for a block of `size` bytes.
+    fn mapped_len(size: usize) -> Option<usize> {
+        size.checked_next_multiple_of(BASE_PAGE)
+    }
+
+    /// Maps a fresh (zeroed) block of `size` bytes starting on a huge page, advised whole.
+    /// Null on failure.
+    pub(super) fn map(size: usize) -> *mut u8 {
+        let Some(len) = mapped_len(size) else {
+            return std::ptr::null_mut();
+        };
+        let Some(span) = len.checked_add(HUGE_PAGE) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
+        // no existing memory. The head and tail unmapped below lie inside this new mapping,
+        // outside [start, start + len), and nothing else refers to them.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                span,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return std::ptr::null_mut();
+            }
+            let base = base as usize;
+            let start = base.next_multiple_of(HUGE_PAGE);
+            if start > base {
+                libc::munmap(base as *mut libc::c_void, start - base);
+            }
+            let tail = base + span - (start + len);
+            if tail > 0 {
+                libc::munmap((start + len) as *mut libc::c_void, tail);
+            }
+            // As in `advise`, a failure leaves the pages as they were.
+            libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+            start as *mut u8
+        }
+    }
+
+    /// Unmaps a block of `size` bytes that [`map`] or [`remap`] returned.
+    ///
+    /// # Safety
+    /// `ptr` must be such a block, with its current `size`, not used afterwards.
+    pub(super) unsafe fn unmap(ptr: *mut u8, size: usize) {
+        if let Some(len) = mapped_len(size) {
+            // SAFETY: the caller's guarantee: [ptr, ptr + len) is exactly our mapping.
+            unsafe {
+                libc::munmap(ptr.cast(), len);
+            }
+        }
+    }
+
+    /// Resizes a block that [`map`] or [`remap`] returned, moving its pages rather than its
+    /// bytes; null on failure, when the old block is left as it was.
+    ///
+    /// # Safety
+    /// `ptr` must be such a block of `old` bytes; on success it must not be used afterwards.
+    pub(super) unsafe fn remap(ptr: *mut u8, old: usize, new: usize) -> *mut u8 {
+        let (Some(old_len), Some(new_len)) = (mapped_len(old), mapped_len(new)) else {
+            return std::ptr::null_mut();
+        };
+        if old_len == new_len {
+            return ptr;
+        }
+        // SAFETY: [ptr, ptr + old_len) is one whole mapping of ours (one kernel mapping: it was
+        // advised whole, and `mremap` keeps that advice on the pages it moves or adds).
+        let moved = unsafe { libc::mremap(ptr.cast(), old_len, new_len, libc::MREMAP_MAYMOVE) };
+        if moved == libc::MAP_FAILED {
+            std::ptr::null_mut()
+        } else {
+            moved.cast()
+        }
+    }
+}
+
+/// Copies a block into a new one of `new_size` bytes obtained by `alloc`, then frees the old
+/// one by `free`; null (the old block intact) when the allocation fails.
+///
+/// # Safety
+/// `ptr` must be valid for reads of `old_size` bytes, and `free` must free it.
+unsafe fn move_block(
+    ptr: *mut u8,
+    old_size: usize,
+    new_size: usize,
+    alloc: impl FnOnce() -> *mut u8,
+    free: impl FnOnce(),
+) -> *mut u8 {
+    let new = alloc();
+    if !new.is_null() {
+        // SAFETY: both blocks hold at least min(old_size, new_size) bytes and are distinct.
+        unsafe { std::ptr::copy_nonoverlapping(ptr, new, old_size.min(new_size)) };
+        free();
+    }
+    new
+}
+
+// SAFETY: every block is obtained and returned the same way, decided by its layout (`own::owns`):
+// mapped here, or from `System` with the caller's layout unchanged; `advise` only adds a hint on
+// memory inside a block.
 unsafe impl GlobalAlloc for HugePageAlloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        #[cfg(target_os = "linux")]
+        if own::owns(layout.size(), layout.align()) {
+            return own::map(layout.size());
+        }
         // SAFETY: forwarded with the caller's guarantees (non-zero size).
         let ptr = unsafe { System.alloc(layout) };
         advise(ptr, layout.size());
@@ -71,6 +214,11 @@ unsafe impl GlobalAlloc for HugePageAlloc {
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // A fresh mapping is zeroed by the kernel.
+        #[cfg(target_os = "linux")]
+        if own::owns(layout.size(), layout.align()) {
+            return own::map(layout.size());
+        }
         // SAFETY: as in `alloc`. A large zeroed block comes fresh from the kernel untouched
         // (calloc skips the memset), so the advice still applies before its first fault.
         let ptr = unsafe { System.alloc_zeroed(layout) };
@@ -80,12 +228,58 @@ unsafe impl GlobalAlloc for HugePageAlloc {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        #[cfg(target_os = "linux")]
+        if own::owns(layout.size(), layout.align()) {
+            // SAFETY: a block of this layout was mapped by `own::map` or `own::remap`.
+            unsafe { own::unmap(ptr, layout.size()) };
+            return;
+        }
         // SAFETY: `ptr` was allocated by `System` (through this allocator) with `layout`.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        #[cfg(target_os = "linux")]
+        {
+            let (old_size, align) = (layout.size(), layout.align());
+            match (own::owns(old_size, align), own::owns(new_size, align)) {
+                // SAFETY: the block was mapped here with its current size `old_size`.
+                (true, true) => return unsafe { own::remap(ptr, old_size, new_size) },
+                (false, true) => {
+                    // SAFETY: `ptr` holds `old_size` bytes from `System`, freed with its layout.
+                    return unsafe {
+                        move_block(
+                            ptr,
+                            old_size,
+                            new_size,
+                            || own::map(new_size),
+                            || System.dealloc(ptr, layout),
+                        )
+                    };
+                }
+                (true, false) => {
+                    let Ok(new_layout) = Layout::from_size_align(new_size, align) else {
+                        return std::ptr::null_mut();
+                    };
+                    // SAFETY: `ptr` is our mapping of `old_size` bytes, unmapped once copied.
+                    return unsafe {
+                        move_block(
+                            ptr,
+                            old_size,
+                            new_size,
+                            || {
+                                let new = System.alloc(new_layout);
+                                advise(new, new_size);
+                                new
+                            },
+                            || own::unmap(ptr, old_size),
+                        )
+                    };
+                }
+                (false, false) => {}
+            }
+        }
         // SAFETY: forwarded with the caller's guarantees; the block came from `System`.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if new_size > layout.size() {
@@ -111,6 +305,28 @@ mod tests {
         assert_eq!(huge_pages_within(usize::MAX - 10, 100), None);
     }
 
+    /// Fills `n` words at `p` with a pattern of their index.
+    ///
+    /// # Safety
+    /// `p` must be valid for writes of `n` words.
+    unsafe fn fill(p: *mut u64, n: usize) {
+        // SAFETY: the caller's guarantee.
+        let s = unsafe { std::slice::from_raw_parts_mut(p, n) };
+        for (i, v) in s.iter_mut().enumerate() {
+            *v = i as u64 * 7 + 1;
+        }
+    }
+
+    /// Whether the first `n` words at `p` hold `fill`'s pattern.
+    ///
+    /// # Safety
+    /// `p` must be valid for reads of `n` words.
+    unsafe fn filled(p: *const u64, n: usize) -> bool {
+        // SAFETY: the caller's guarantee.
+        let s = unsafe { std::slice::from_raw_parts(p, n) };
+        s.iter().enumerate().all(|(i, &v)| v == i as u64 * 7 + 1)
+    }
+
     #[test]
     fn large_blocks_keep_their_contents_through_growth_and_zeroing() {
         let a = HugePageAlloc;
@@ -123,15 +339,116 @@ mod tests {
             assert!(!p.is_null());
             let s = std::slice::from_raw_parts_mut(p, n);
             assert!(s.iter().all(|&v| v == 0));
-            for (i, v) in s.iter_mut().enumerate() {
-                *v = i as u64 * 7;
-            }
+            fill(p, n);
             let grown = Layout::array::<u64>(2 * n).expect("layout");
             let q = a.realloc(p.cast(), layout, grown.size()).cast::<u64>();
             assert!(!q.is_null());
-            let s = std::slice::from_raw_parts(q, n);
-            assert!(s.iter().enumerate().all(|(i, &v)| v == i as u64 * 7));
+            assert!(filled(q, n));
             a.dealloc(q.cast(), grown);
+        }
+    }
+
+    #[test]
+    fn blocks_keep_their_contents_across_the_mapping_threshold_both_ways() {
+        let a = HugePageAlloc;
+        let word = std::mem::size_of::<u64>();
+        // From glibc's side to a mapping of ours, grown and shrunk there (not a multiple of a
+        // page: the mapping's length is rounded), then back to glibc's side.
+        let sizes = [
+            1 << 20,
+            OWN_MAPPING_MIN_BYTES + 8 * 1000 + 8,
+            3 * OWN_MAPPING_MIN_BYTES,
+            OWN_MAPPING_MIN_BYTES + 8,
+            OWN_MAPPING_MIN_BYTES - 8,
+            1 << 16,
+        ];
+        // SAFETY: every access stays inside the live block, whose layout is tracked in `layout`
+        // and used to free it once.
+        unsafe {
+            let mut layout = Layout::from_size_align(sizes[0], 8).expect("layout");
+            let mut p = a.alloc(layout).cast::<u64>();
+            assert!(!p.is_null());
+            fill(p, sizes[0] / word);
+            let mut kept = sizes[0] / word;
+            for &size in &sizes[1..] {
+                p = a.realloc(p.cast(), layout, size).cast::<u64>();
+                assert!(!p.is_null(), "realloc to {size} bytes failed");
+                layout = Layout::from_size_align(size, 8).expect("layout");
+                kept = kept.min(size / word);
+                assert!(filled(p, kept), "contents lost at {size} bytes");
+                // Write the whole block, so that a mapping shorter than the block would fault.
+                fill(p, size / word);
+                kept = size / word;
+            }
+            a.dealloc(p.cast(), layout);
+            // Zeroed blocks of ours are zero throughout.
+            let big = Layout::from_size_align(OWN_MAPPING_MIN_BYTES + 4096 * 3 + 8, 8).expect("l");
+            let z = a.alloc_zeroed(big);
+            assert!(!z.is_null());
+            assert!(
+                std::slice::from_raw_parts(z, big.size())
+                    .iter()
+                    .all(|&b| b == 0)
+            );
+            a.dealloc(z, big);
+        }
+    }
+
+    /// The kernel mapping of this process (from `/proc/self/smaps`) that holds all of
+    /// `[start, end)`, as its range and `VmFlags`; `None` when no single mapping does.
+    #[cfg(target_os = "linux")]
+    fn mapping_holding(start: usize, end: usize) -> Option<((usize, usize), String)> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+        let mut found = None;
+        for line in smaps.lines() {
+            let head = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = head.split_once('-')
+                && let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                found = (lo <= start && end <= hi).then_some((lo, hi));
+            } else if let (Some(range), Some(flags)) = (found, line.strip_prefix("VmFlags:")) {
+                return Some((range, flags.to_string()));
+            }
+        }
+        None
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_largest_blocks_are_one_mapping_advised_whole_through_growth() {
+        // One mapping is what lets `mremap` move a growing block's pages instead of copying
+        // its bytes (it refuses a range spread over several mappings).
+        // SAFETY: sysconf only reads a value the C library already holds.
+        if unsafe { libc::sysconf(libc::_SC_PAGESIZE) } != BASE_PAGE as libc::c_long {
+            return; // not mapped here on such a system
+        }
+        let a = HugePageAlloc;
+        let size = OWN_MAPPING_MIN_BYTES + 100;
+        let layout = Layout::from_size_align(size, 16).expect("layout");
+        // SAFETY: the block is written inside its bounds, and freed once with its layout.
+        unsafe {
+            let p = a.alloc(layout);
+            assert!(!p.is_null());
+            assert_eq!(p as usize % HUGE_PAGE, 0, "the block starts on a huge page");
+            p.write_bytes(1, size);
+            let (_, flags) = mapping_holding(p as usize, p as usize + size)
+                .expect("the block lies inside one mapping");
+            assert!(
+                flags.split_whitespace().any(|f| f == "hg"),
+                "not advised: {flags}"
+            );
+            let grown = 3 * size;
+            let q = a.realloc(p, layout, grown);
+            assert!(!q.is_null());
+            assert!(std::slice::from_raw_parts(q, size).iter().all(|&b| b == 1));
+            let (_, flags) = mapping_holding(q as usize, q as usize + grown)
+                .expect("the grown block lies inside one mapping");
+            assert!(
+                flags.split_whitespace().any(|f| f == "hg"),
+                "not advised: {flags}"
+            );
+            a.dealloc(q, Layout::from_size_align(grown, 16).expect("layout"));
         }
     }
 }
