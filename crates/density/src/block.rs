@@ -157,6 +157,82 @@ pub fn copy_rows_to_columns(x: MatRef<'_, f64>, out: &mut [f64], stride: usize) 
     }
 }
 
+/// Rows per segment of [`rows_to_columns_in_place`] for `d` features: a power of two up to
+/// 512 (4 KB segments), fewer when `d` is large, so that a block of rows (its scratch copy)
+/// stays at or under 1 MiB.
+pub fn in_place_block_rows(d: usize) -> usize {
+    let fit = (1usize << 17) / d.max(1);
+    if fit == 0 {
+        1
+    } else {
+        (1usize << fit.ilog2()).min(512)
+    }
+}
+
+/// The column stride [`rows_to_columns_in_place`] leaves `n` rows of `d` features at: `n`
+/// rounded up to whole blocks of [`in_place_block_rows`]. The buffer must hold `stride · d`
+/// values.
+pub fn in_place_stride(n: usize, d: usize) -> usize {
+    n.next_multiple_of(in_place_block_rows(d))
+}
+
+/// Lays out the `n` rows of `d` values at the start of `values` (row-major) as columns in the
+/// same buffer, column j at `values[j · stride..][..n]`, where `stride` is
+/// [`in_place_stride`]`(n, d)`, which it returns; the values after each column's `n` rows are
+/// left unspecified. Needs `stride · d` values (panics with fewer) and scratch of one block of
+/// rows, not a second copy of the rows: so that rows staged row-major (a pipe's, whose number
+/// is known only at its end) become columns without being held twice.
+///
+/// How: with `b` rows per block, the rows are `q = stride / b` blocks of `b × d` values. Each
+/// block is first transposed where it lies (through the scratch), into `d` segments of `b`
+/// values: its rows' values of each feature. Segment `c` of block `k` (at `k · d + c`, counted
+/// in segments) belongs at `c · q + k`: a transpose of a `q × d` matrix whose entries are
+/// segments, done in place by following its cycles with one segment of scratch.
+pub fn rows_to_columns_in_place(values: &mut [f64], n: usize, d: usize) -> usize {
+    let b = in_place_block_rows(d);
+    let stride = in_place_stride(n, d);
+    assert!(
+        values.len() >= stride * d,
+        "rows_to_columns_in_place: {n} rows of {d} features need {} values, given {}",
+        stride * d,
+        values.len()
+    );
+    if n == 0 || d == 0 {
+        return stride;
+    }
+    let values = &mut values[..stride * d];
+    let mut scratch = vec![0.0; b * d];
+    for block in values.chunks_exact_mut(b * d) {
+        scratch.copy_from_slice(block);
+        copy_rows_to_columns(MatRef::from_row_major_slice(&scratch, b, d), block, b);
+    }
+    let q = stride / b;
+    // Where segment `k`'s contents come from: the inverse of `k · d + c ↦ c · q + k`.
+    let source = |at: usize| (at % q) * d + at / q;
+    // A bit per segment, set once it holds its own contents.
+    let mut moved = vec![0u64; (q * d).div_ceil(64)];
+    let is_moved = |moved: &[u64], at: usize| moved[at / 64] >> (at % 64) & 1 == 1;
+    let segment = &mut scratch[..b];
+    for start in 0..q * d {
+        if is_moved(&moved, start) || source(start) == start {
+            continue;
+        }
+        segment.copy_from_slice(&values[start * b..][..b]);
+        let mut at = start;
+        loop {
+            moved[at / 64] |= 1 << (at % 64);
+            let from = source(at);
+            if from == start {
+                values[at * b..][..b].copy_from_slice(segment);
+                break;
+            }
+            values.copy_within(from * b..(from + 1) * b, at * b);
+            at = from;
+        }
+    }
+    stride
+}
+
 /// Column j of the row-major `x` into `y[j · stride..][..n]` ([`gather_columns`] of all rows,
 /// unshifted; `y`'s last column may be shorter than `stride`): eight rows at a time, each column's eight values one cache line written at once
 /// (with AVX-512, an 8 × 8 transpose in registers).
@@ -523,6 +599,39 @@ mod tests {
                     transpose_rows_from(row_major.as_ref().transpose(), &mut y, stride, 0);
                     let m = MatRef::from_column_major_slice_with_stride(&y[..], n, d, stride);
                     assert_laid_out(m, n, d);
+                }
+            }
+        }
+    }
+
+    /// Rows laid out in place are the columns `copy_rows_to_columns` writes, bit for bit, for
+    /// row counts inside one block, at and past block boundaries, and segments of one row.
+    #[test]
+    fn rows_laid_out_in_place_are_their_columns() {
+        for d in [1usize, 2, 3, 16, 17, 300, (1 << 17) + 1] {
+            // Distinct for every entry whatever `d` (`value` repeats past 1000 columns).
+            let value = |i: usize, j: usize| (i * d + j) as f64 + 0.25;
+            let b = in_place_block_rows(d);
+            assert!(b.is_power_of_two() && b <= 512 && (b == 1 || b * d <= 1 << 17));
+            for n in [0usize, 1, 2, 7, b - 1, b, b + 1, 3 * b + 5, 9 * b] {
+                if n == 0 && b == 1 || d * n > 1 << 20 {
+                    continue;
+                }
+                let stride = in_place_stride(n, d);
+                assert!(stride >= n && stride.is_multiple_of(b) && stride < n + b);
+                let mut values: Vec<f64> = (0..n)
+                    .flat_map(|i| (0..d).map(move |j| value(i, j)))
+                    .collect();
+                values.resize(stride * d, -7.5);
+                assert_eq!(rows_to_columns_in_place(&mut values, n, d), stride);
+                for j in 0..d {
+                    for i in 0..n {
+                        assert_eq!(
+                            values[j * stride + i].to_bits(),
+                            value(i, j).to_bits(),
+                            "{n} x {d}: ({i}, {j})"
+                        );
+                    }
                 }
             }
         }

@@ -214,13 +214,33 @@ impl Rows {
             density::block::copy_rows_to_columns(x, &mut self.columns[len..], self.stride);
         }
     }
-    /// Appends all of `staged`'s rows (row-major, their lines absolute), transposed a run at a
-    /// time from the last back, `staged`'s values cut and shrunk after each run, so that the
-    /// rows are never held twice. For input of unknown size (a pipe): its rows are staged whole
-    /// (a growing `Vec` is moved by remapping its pages, not copied) and laid out once at the
-    /// end, where growing columns copy every row at each step.
+    /// Appends all of `staged`'s rows (row-major, their lines absolute) without holding them
+    /// twice, leaving `staged` empty. For input of unknown size (a pipe): its rows are staged
+    /// whole (a growing `Vec` is moved by remapping its pages, not copied) and laid out once at
+    /// the end, where growing columns copy every row at each step.
+    ///
+    /// Into empty rows (a pipe's, always) the staged values become the columns, laid out in
+    /// place (`density::block::rows_to_columns_in_place`). Otherwise they are transposed a run
+    /// at a time from the last back, `staged`'s values cut and shrunk after each run; with huge
+    /// pages each run's first write to a column backs a whole 2 MB page of it, so that way
+    /// held up to d × 2 MB more than the rows (the whole matrix again on wide data).
     pub(crate) fn append_staged_whole(&mut self, staged: &mut Staged) {
         let (m, d) = (staged.lines.len(), self.n_features);
+        if self.is_empty() && self.label_table.names().is_empty() {
+            if m > 0 && d > 0 {
+                let mut values = std::mem::take(&mut staged.values);
+                values.truncate(m * d);
+                values.resize(density::block::in_place_stride(m, d) * d, 0.0);
+                values.shrink_to_fit();
+                self.stride = density::block::rows_to_columns_in_place(&mut values, m, d);
+                self.columns = values;
+            }
+            self.lines = std::mem::take(&mut staged.lines);
+            self.labels = std::mem::take(&mut staged.labels);
+            self.label_table = std::mem::take(&mut staged.label_table);
+            staged.clear();
+            return;
+        }
         if m > 0 && d > 0 {
             self.reserve(m);
             let len = self.len();
@@ -434,39 +454,48 @@ mod tests {
         }
     }
 
-    /// Rows staged whole and laid out from the back in runs (one run, several, a last short
-    /// one) are the rows appended piece by piece: values, lines and labels, after rows already
-    /// there; the staged rows are left empty.
+    /// Rows staged whole are the rows appended piece by piece: values, lines and labels; the
+    /// staged rows are left empty. After rows already there, they are laid out from the back in
+    /// runs (one run, several, a last short one); into empty rows, in place, where more rows
+    /// can then be appended.
     #[test]
     fn rows_staged_whole_are_the_rows_appended_in_pieces() {
         for (m, d) in [(0usize, 2usize), (5, 3), (4096, 1), (70_001, 3), (9000, 17)] {
-            let mut pieces = Rows::new(d);
-            let mut first = Staged {
-                values: vec![-1.0; 2 * d],
-                lines: vec![1, 2],
-                ..Default::default()
-            };
-            first.push_label(b"head");
-            first.push_label(b"k1");
-            let mut whole_rows = pieces.clone();
-            pieces.append_staged(&mut first.clone(), 0);
-            whole_rows.append_staged(&mut first, 0);
-            let mut whole = Staged::default();
-            for p in 0..m.div_ceil(1000) {
-                let mut s = Staged::default();
-                for i in p * 1000..(p * 1000 + 1000).min(m) {
-                    s.values.extend((0..d).map(|j| (i * 100 + j) as f64));
-                    s.lines.push((i - p * 1000) as u64);
-                    s.push_label(format!("k{}", i % 3).as_bytes());
+            for head in [true, false] {
+                let mut pieces = Rows::new(d);
+                let mut whole_rows = pieces.clone();
+                let mut first = Staged {
+                    values: vec![-1.0; 2 * d],
+                    lines: vec![1, 2],
+                    ..Default::default()
+                };
+                first.push_label(b"head");
+                first.push_label(b"k1");
+                if head {
+                    pieces.append_staged(&mut first.clone(), 0);
+                    whole_rows.append_staged(&mut first.clone(), 0);
                 }
-                whole.append(&s, 10 + p as u64 * 1000);
-                pieces.append_staged(&mut s, 10 + p as u64 * 1000);
+                let mut whole = Staged::default();
+                for p in 0..m.div_ceil(1000) {
+                    let mut s = Staged::default();
+                    for i in p * 1000..(p * 1000 + 1000).min(m) {
+                        s.values.extend((0..d).map(|j| (i * 100 + j) as f64));
+                        s.lines.push((i - p * 1000) as u64);
+                        s.push_label(format!("k{}", i % 3).as_bytes());
+                    }
+                    whole.append(&s, 10 + p as u64 * 1000);
+                    pieces.append_staged(&mut s, 10 + p as u64 * 1000);
+                }
+                whole_rows.append_staged_whole(&mut whole);
+                assert_eq!(whole_rows, pieces, "{m} x {d}, head {head}");
+                assert_eq!(whole_rows.to_row_major(), pieces.to_row_major());
+                assert!(whole.values.is_empty() && whole.lines.is_empty());
+                assert_eq!(whole_rows.len(), m + 2 * usize::from(head));
+                // Rows appended after them land after them.
+                pieces.append_staged(&mut first.clone(), 0);
+                whole_rows.append_staged(&mut first.clone(), 0);
+                assert_eq!(whole_rows, pieces, "{m} x {d}, head {head}, then more");
             }
-            whole_rows.append_staged_whole(&mut whole);
-            assert_eq!(whole_rows, pieces, "{m} x {d}");
-            assert_eq!(whole_rows.to_row_major(), pieces.to_row_major());
-            assert!(whole.values.is_empty() && whole.lines.is_empty());
-            assert_eq!(whole_rows.len(), m + 2);
         }
     }
 
