@@ -51,17 +51,11 @@ impl CountStats {
             counts: Mat::zeros(k, d),
         }
     }
-    /// Adds the weighted counts Rᵀ X of a chunk, and each class's weight: its column of R's
-    /// sum, as `totals` has it when the caller has it (EM's E-step, for its split fit), else
-    /// by the same function ([`density::numerics::sums_and_nonzeros`]), so both give the same
-    /// bits. (A row-by-row sum of each column was 5% of a multinomial EM fit's samples at
-    /// d = 16, K = 10.)
-    fn add_chunk(
-        &mut self,
-        x: MatRef<'_, f64>,
-        resp: MatRef<'_, f64>,
-        totals: Option<&[(f64, usize)]>,
-    ) {
+    /// Adds each class's weight in a chunk: its column of R's sum, as `totals` has it when the
+    /// caller has it (EM's E-step, for its split fit), else by the same function
+    /// ([`density::numerics::sums_and_nonzeros`]), so both give the same bits. (A row-by-row
+    /// sum of each column was 5% of a multinomial EM fit's samples at d = 16, K = 10.)
+    fn add_class_weights(&mut self, resp: MatRef<'_, f64>, totals: Option<&[(f64, usize)]>) {
         let computed;
         let totals = match totals {
             Some(totals) => totals,
@@ -79,8 +73,11 @@ impl CountStats {
         for (w, t) in self.class_weights.iter_mut().zip(totals) {
             *w += t.0;
         }
+    }
+    /// Adds the weighted counts Rᵀ X of a chunk's columns `first_col..` (those of `x`).
+    fn add_counts(&mut self, x: MatRef<'_, f64>, resp: MatRef<'_, f64>, first_col: usize) {
         matmul(
-            &mut self.counts,
+            self.counts.as_mut().subcols_mut(first_col, x.ncols()),
             Accum::Add,
             resp.transpose(),
             x,
@@ -88,7 +85,7 @@ impl CountStats {
             Par::Seq,
         );
     }
-    /// As `add_chunk` with one-hot responsibilities: each row adds to its own class only, in
+    /// As `add_class_weights` and `add_counts` with one-hot responsibilities: each row adds to its own class only, in
     /// one SIMD pass per column, and the class weights are the counts of the same masks
     /// (`density::moments::grouped_sums_and_counts`). Returns whether a value may
     /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
@@ -138,7 +135,9 @@ impl CountStats {
     }
     /// One chunk's statistics, for `fit_sets` and the split fit alike. Runs `prepare` (e.g.
     /// binarising) on a weighted chunk first, which writes its copy into the worker's `buffer`
-    /// and says whether it did. With `check_counts` (multinomial), values must be
+    /// and says whether it did: `panel` columns at a time, each panel's counts taken while its
+    /// copy is in cache, so that the buffer is one panel, not the chunk (4096 × d values per
+    /// worker, 32 MB at d = 1000). With `check_counts` (multinomial), values must be
     /// finite counts (≥ 0): the check is fused into the counting pass of labeled chunks, where
     /// it replaces the finiteness check, and runs before counting weighted ones. With `above`
     /// (Bernoulli's threshold), labeled chunks are counted above it in one pass that also sees
@@ -148,12 +147,13 @@ impl CountStats {
         k: usize,
         d: usize,
         prepare: F,
+        panel: usize,
         buffer: &mut Mat<f64>,
         check_counts: bool,
         above: Option<f64>,
     ) -> Result<Self>
     where
-        F: Fn(MatRef<'_, f64>, usize, &mut Mat<f64>) -> Result<bool>,
+        F: Fn(MatRef<'_, f64>, usize, usize, &mut Mat<f64>) -> Result<bool>,
     {
         let mut st = CountStats::zeros(k, d);
         if let (Some(labels), true) = (chunk.labels, check_counts) {
@@ -172,16 +172,25 @@ impl CountStats {
         if check_counts {
             check_non_negative(chunk.x, chunk.first_row)?;
         }
-        let x = if prepare(chunk.x, chunk.first_row, buffer)? {
-            buffer.as_ref()
-        } else {
-            chunk.x
-        };
-        match chunk.labels {
-            Some(labels) => {
-                st.add_labeled_chunk(x, labels);
-            }
-            None => st.add_chunk(x, chunk.resp, chunk.weight_totals),
+        if let Some(labels) = chunk.labels {
+            let x = if prepare(chunk.x, chunk.first_row, 0, buffer)? {
+                buffer.as_ref().submatrix(0, 0, chunk.x.nrows(), d)
+            } else {
+                chunk.x
+            };
+            st.add_labeled_chunk(x, labels);
+            return Ok(st);
+        }
+        st.add_class_weights(chunk.resp, chunk.weight_totals);
+        let panel = panel.max(1);
+        for first_col in (0..d).step_by(panel) {
+            let x = chunk.x.subcols(first_col, panel.min(d - first_col));
+            let x = if prepare(x, chunk.first_row, first_col, buffer)? {
+                buffer.as_ref().submatrix(0, 0, x.nrows(), x.ncols())
+            } else {
+                x
+            };
+            st.add_counts(x, chunk.resp, first_col);
         }
         Ok(st)
     }
@@ -214,9 +223,18 @@ trait CountFit: Sync {
     type Model;
     /// Whether the values must be counts (≥ 0), checked with them.
     const CHECK_COUNTS: bool;
-    /// Writes a weighted chunk's prepared copy (Bernoulli's binarised rows) into `out`, and says
-    /// whether it did.
-    fn prepare(&self, x: MatRef<'_, f64>, first_row: usize, out: &mut Mat<f64>) -> Result<bool>;
+    /// Writes a weighted chunk's prepared copy (Bernoulli's binarised rows) into the first rows
+    /// and columns of `out`, and says whether it did; `x` is the chunk's columns from `first_col` on (for messages).
+    fn prepare(
+        &self,
+        x: MatRef<'_, f64>,
+        first_row: usize,
+        first_col: usize,
+        out: &mut Mat<f64>,
+    ) -> Result<bool>;
+    /// Columns of a weighted chunk of `rows` rows prepared at a time (all of them for a fit
+    /// that does not copy).
+    fn prepared_columns(&self, rows: usize) -> usize;
     /// The threshold labeled chunks are counted above (Bernoulli), in place of `prepare`.
     fn above(&self) -> Option<f64>;
     /// The model from the total counts.
@@ -234,7 +252,8 @@ trait CountFit: Sync {
             chunk,
             k,
             d,
-            |x, r0, out| self.prepare(x, r0, out),
+            |x, r0, c0, out| self.prepare(x, r0, c0, out),
+            self.prepared_columns(chunk.x.nrows()),
             buffer,
             Self::CHECK_COUNTS,
             self.above(),
@@ -367,69 +386,81 @@ impl HyperParams for BernoulliNbParams {
     }
 }
 
-/// Binarises a chunk (or checks it is binary when `threshold` is `None`).
+/// Binarises a chunk (or checks it is binary when `threshold` is `None`, and copies it).
 fn binarize_chunk(
     x: MatRef<'_, f64>,
     threshold: Option<f64>,
     first_row: usize,
 ) -> Result<Mat<f64>> {
     let mut out = Mat::new();
-    binarize_chunk_into(x, threshold, first_row, &mut out)?;
-    Ok(out)
+    if binarize_chunk_into(x, threshold, (first_row, 0), &mut out)? {
+        Ok(out) // exactly `x`'s shape, being new
+    } else {
+        Ok(x.to_owned())
+    }
 }
 
-/// [`binarize_chunk`] into `out`, reshaped (and zeroed) only when its shape is not `x`'s: a
-/// fit's workers keep one from chunk to chunk. A new 4096 × d matrix per chunk was a fresh
-/// allocation from the system (2 MB at d = 64), its pages cleared by the kernel on first touch,
-/// in every chunk of every EM iteration.
+/// Panel of a weighted chunk a Bernoulli fit binarises at a time, in values (1 MiB: 32 columns
+/// of a 4096-row chunk), so that the binarised panel is still in cache when counted.
+const PREPARED_PANEL_VALUES: usize = 1 << 17;
+
+/// [`binarize_chunk`] into the first rows and columns of `out` (returning true), which is
+/// reallocated only when smaller than `x`: a fit's workers keep one from chunk to chunk. A new 4096 × d matrix per chunk
+/// was a fresh allocation from the system (2 MB at d = 64), its pages cleared by the kernel on
+/// first touch, in every chunk of every EM iteration. Without a threshold the values are only
+/// checked, `out` is left alone and the result is false: `x` is already its own binary copy.
+/// `at` is the row and column of `x`'s first value, for messages.
 fn binarize_chunk_into(
     x: MatRef<'_, f64>,
     threshold: Option<f64>,
-    first_row: usize,
+    at: (usize, usize),
     out: &mut Mat<f64>,
-) -> Result<()> {
-    if (out.nrows(), out.ncols()) != (x.nrows(), x.ncols()) {
-        *out = Mat::zeros(x.nrows(), x.ncols());
-    }
+) -> Result<bool> {
     let mut scratch = Vec::new();
-    for j in 0..x.ncols() {
+    let Some(t) = threshold else {
+        for j in 0..x.ncols() {
+            let col = column(x, j, &mut scratch);
+            // Column by column over contiguous slices, compiled for the CPU's widest SIMD.
+            let all_binary = pulp::Arch::new().dispatch(
+                #[inline(always)]
+                || {
+                    col.iter()
+                        .fold(true, |all, v| all & (*v == 0.0 || *v == 1.0))
+                },
+            );
+            if !all_binary {
+                let (i, &value) = col
+                    .iter()
+                    .enumerate()
+                    .find(|(_, v)| !(**v == 0.0 || **v == 1.0))
+                    .unwrap_or((0, &f64::NAN));
+                return Err(GenerativeError::InvalidInput {
+                    row: at.0 + i,
+                    col: at.1 + j,
+                    value,
+                    rule: "must be 0 or 1 when binarize is off",
+                });
+            }
+        }
+        return Ok(false);
+    };
+    let (n, d) = (x.nrows(), x.ncols());
+    if out.nrows() < n || out.ncols() < d {
+        *out = Mat::zeros(n.max(out.nrows()), d.max(out.ncols()));
+    }
+    for j in 0..d {
         let col = column(x, j, &mut scratch);
-        let dst = out.col_as_slice_mut(j);
-        // Column by column over contiguous slices, compiled for the CPU's widest SIMD.
-        let all_binary = pulp::Arch::new().dispatch(
+        let dst = &mut out.col_as_slice_mut(j)[..n];
+        pulp::Arch::new().dispatch(
             #[inline(always)]
-            || match threshold {
-                Some(t) => {
-                    for (o, v) in dst.iter_mut().zip(col) {
-                        *o = if *v > t { 1.0 } else { 0.0 };
-                    }
-                    true
-                }
-                None => {
-                    let mut all = true;
-                    for (o, v) in dst.iter_mut().zip(col) {
-                        all &= *v == 0.0 || *v == 1.0;
-                        *o = *v;
-                    }
-                    all
+            || {
+                for (o, v) in dst.iter_mut().zip(col) {
+                    *o = if *v > t { 1.0 } else { 0.0 };
                 }
             },
         );
-        if !all_binary {
-            let (i, &value) = col
-                .iter()
-                .enumerate()
-                .find(|(_, v)| !(**v == 0.0 || **v == 1.0))
-                .unwrap_or((0, &f64::NAN));
-            return Err(GenerativeError::InvalidInput {
-                row: first_row + i,
-                col: j,
-                value,
-                rule: "must be 0 or 1 when binarize is off",
-            });
-        }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Fitted Bernoulli naive Bayes.
@@ -463,8 +494,18 @@ impl CountFit for Checked<BernoulliNbParams> {
     type Model = BernoulliNaiveBayes;
     const CHECK_COUNTS: bool = false;
 
-    fn prepare(&self, x: MatRef<'_, f64>, first_row: usize, out: &mut Mat<f64>) -> Result<bool> {
-        binarize_chunk_into(x, self.binarize, first_row, out).map(|()| true)
+    fn prepare(
+        &self,
+        x: MatRef<'_, f64>,
+        first_row: usize,
+        first_col: usize,
+        out: &mut Mat<f64>,
+    ) -> Result<bool> {
+        binarize_chunk_into(x, self.binarize, (first_row, first_col), out)
+    }
+
+    fn prepared_columns(&self, rows: usize) -> usize {
+        (PREPARED_PANEL_VALUES / rows.max(1)).max(1)
     }
 
     fn above(&self) -> Option<f64> {
@@ -664,8 +705,12 @@ impl CountFit for Checked<MultinomialNbParams> {
     type Model = MultinomialNaiveBayes;
     const CHECK_COUNTS: bool = true;
 
-    fn prepare(&self, _: MatRef<'_, f64>, _: usize, _: &mut Mat<f64>) -> Result<bool> {
+    fn prepare(&self, _: MatRef<'_, f64>, _: usize, _: usize, _: &mut Mat<f64>) -> Result<bool> {
         Ok(false)
+    }
+
+    fn prepared_columns(&self, _: usize) -> usize {
+        usize::MAX
     }
 
     fn above(&self) -> Option<f64> {

@@ -1421,6 +1421,67 @@ fn bernoulli_labeled_fits_count_above_the_threshold_and_name_non_finite_values()
     }
 }
 
+/// A weighted Bernoulli fit binarises each chunk a panel of columns at a time (32 columns of a
+/// 4096-row chunk). On wide rows (several panels, a short last one, a short last chunk) its
+/// probabilities are the weighted counts' closed form, with a threshold and without one, on
+/// any thread count; a bad value in a later panel is named by its own row and column.
+#[test]
+fn weighted_bernoulli_fits_of_wide_rows_are_their_weighted_counts() {
+    use generative::model::{WeightedFit, WeightedRows};
+    let (n, d, k, t, alpha) = (2 * 4096 + 333, 70, 3, 0.4, 0.7);
+    let (x, _) = gaussian_data(n, d, k, 41);
+    let resp = Mat::from_fn(n, k, |i, c| {
+        0.05 + 0.1 * ((i * 7 + c * 3 + i / 5) % 7) as f64
+    });
+    let binary = x.as_ref().map(|v| f64::from(*v > t));
+    // ln p_cj = ln(Σ_i r_ic b_ij + α) − ln(Σ_i r_ic + 2α), summed directly.
+    let want = Mat::from_fn(k, d, |c, j| {
+        let num: f64 = (0..n).map(|i| resp[(i, c)] * binary[(i, j)]).sum();
+        let den: f64 = (0..n).map(|i| resp[(i, c)]).sum();
+        (num + alpha).ln() - (den + 2.0 * alpha).ln()
+    });
+    for (threshold, rows) in [(Some(t), &x), (None, &binary)] {
+        let spec = BernoulliNbParams {
+            binarize: threshold,
+            alpha,
+            ..Default::default()
+        }
+        .check()
+        .unwrap();
+        for threads in [1, 2] {
+            let got = on_threads(threads, || {
+                spec.fit_sets(&[WeightedRows::weighted(rows.as_ref(), resp.as_ref())])
+            })
+            .unwrap();
+            let diff = max_abs_diff(got.feature_log_prob().as_ref(), want.as_ref());
+            assert!(
+                diff < 1e-12,
+                "{threshold:?}, {threads} threads: off by {diff}"
+            );
+        }
+    }
+    let mut bad = binary.clone();
+    bad[(4096 + 5, 50)] = 0.5;
+    let spec = BernoulliNbParams {
+        binarize: None,
+        ..Default::default()
+    }
+    .check()
+    .unwrap();
+    let got = spec.fit_sets(&[WeightedRows::weighted(bad.as_ref(), resp.as_ref())]);
+    assert!(
+        matches!(
+            got,
+            Err(GenerativeError::InvalidInput {
+                row: 4101,
+                col: 50,
+                ..
+            })
+        ),
+        "{got:?}"
+    );
+}
+
 /// The claim behind checking scores, at the level of one chunk: a row holding a non-finite
 /// value gets at least one non-finite score, even where a weight of the linear discriminant is
 /// exactly zero (∞ · 0 is NaN) and for every structure's joint.
