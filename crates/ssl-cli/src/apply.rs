@@ -149,14 +149,22 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         )));
     }
     let k = model.classes.len();
+    // Each distinct label's class, looked up once rather than once per row.
+    let class_of: Vec<Option<usize>> = rows
+        .label_names()
+        .iter()
+        .map(|l| model.classes.iter().position(|c| c == l))
+        .collect();
     let truth: Vec<usize> = rows
-        .labels()
+        .label_ids()
+        .iter()
         .zip(rows.lines())
-        .map(|(l, line)| {
-            model.classes.iter().position(|c| c == l).ok_or_else(|| {
+        .map(|(&id, line)| {
+            class_of[id as usize].ok_or_else(|| {
                 CliError::Data(format!(
-                    "{}:{line}: label '{l}' is not a class of the model (classes: {})",
+                    "{}:{line}: label '{}' is not a class of the model (classes: {})",
                     data.source,
+                    rows.label_names()[id as usize],
                     model.classes.join(", ")
                 ))
             })
