@@ -153,7 +153,7 @@ impl CountStats {
         above: Option<f64>,
     ) -> Result<Self>
     where
-        F: Fn(MatRef<'_, f64>, usize, usize, &mut Mat<f64>) -> Result<bool>,
+        F: Fn(MatRef<'_, f64>, (usize, usize), &mut Mat<f64>) -> Result<bool>,
     {
         let mut st = CountStats::zeros(k, d);
         if let (Some(labels), true) = (chunk.labels, check_counts) {
@@ -173,7 +173,7 @@ impl CountStats {
             check_non_negative(chunk.x, chunk.first_row)?;
         }
         if let Some(labels) = chunk.labels {
-            let x = if prepare(chunk.x, chunk.first_row, 0, buffer)? {
+            let x = if prepare(chunk.x, (chunk.first_row, 0), buffer)? {
                 buffer.as_ref().submatrix(0, 0, chunk.x.nrows(), d)
             } else {
                 chunk.x
@@ -185,7 +185,7 @@ impl CountStats {
         let panel = panel.max(1);
         for first_col in (0..d).step_by(panel) {
             let x = chunk.x.subcols(first_col, panel.min(d - first_col));
-            let x = if prepare(x, chunk.first_row, first_col, buffer)? {
+            let x = if prepare(x, (chunk.first_row, first_col), buffer)? {
                 buffer.as_ref().submatrix(0, 0, x.nrows(), x.ncols())
             } else {
                 x
@@ -224,14 +224,9 @@ trait CountFit: Sync {
     /// Whether the values must be counts (≥ 0), checked with them.
     const CHECK_COUNTS: bool;
     /// Writes a weighted chunk's prepared copy (Bernoulli's binarised rows) into the first rows
-    /// and columns of `out`, and says whether it did; `x` is the chunk's columns from `first_col` on (for messages).
-    fn prepare(
-        &self,
-        x: MatRef<'_, f64>,
-        first_row: usize,
-        first_col: usize,
-        out: &mut Mat<f64>,
-    ) -> Result<bool>;
+    /// and columns of `out`, and says whether it did; `at` is the row and column of `x`'s first
+    /// value in the rows (for messages).
+    fn prepare(&self, x: MatRef<'_, f64>, at: (usize, usize), out: &mut Mat<f64>) -> Result<bool>;
     /// Columns of a weighted chunk of `rows` rows prepared at a time (all of them for a fit
     /// that does not copy).
     fn prepared_columns(&self, rows: usize) -> usize;
@@ -252,7 +247,7 @@ trait CountFit: Sync {
             chunk,
             k,
             d,
-            |x, r0, c0, out| self.prepare(x, r0, c0, out),
+            |x, at, out| self.prepare(x, at, out),
             self.prepared_columns(chunk.x.nrows()),
             buffer,
             Self::CHECK_COUNTS,
@@ -494,14 +489,8 @@ impl CountFit for Checked<BernoulliNbParams> {
     type Model = BernoulliNaiveBayes;
     const CHECK_COUNTS: bool = false;
 
-    fn prepare(
-        &self,
-        x: MatRef<'_, f64>,
-        first_row: usize,
-        first_col: usize,
-        out: &mut Mat<f64>,
-    ) -> Result<bool> {
-        binarize_chunk_into(x, self.binarize, (first_row, first_col), out)
+    fn prepare(&self, x: MatRef<'_, f64>, at: (usize, usize), out: &mut Mat<f64>) -> Result<bool> {
+        binarize_chunk_into(x, self.binarize, at, out)
     }
 
     fn prepared_columns(&self, rows: usize) -> usize {
@@ -705,7 +694,7 @@ impl CountFit for Checked<MultinomialNbParams> {
     type Model = MultinomialNaiveBayes;
     const CHECK_COUNTS: bool = true;
 
-    fn prepare(&self, _: MatRef<'_, f64>, _: usize, _: usize, _: &mut Mat<f64>) -> Result<bool> {
+    fn prepare(&self, _: MatRef<'_, f64>, _: (usize, usize), _: &mut Mat<f64>) -> Result<bool> {
         Ok(false)
     }
 
