@@ -85,8 +85,8 @@ impl CountStats {
             Par::Seq,
         );
     }
-    /// As `add_class_weights` and `add_counts` with one-hot responsibilities: each row adds to its own class only, in
-    /// one SIMD pass per column, and the class weights are the counts of the same masks
+    /// As `add_class_weights` and `add_counts` with one-hot responsibilities: each row adds to
+    /// its own class only, in one SIMD pass per column, and the class weights are the counts of the same masks
     /// (`density::moments::grouped_sums_and_counts`). Returns whether a value may
     /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
     /// so a multinomial fit can check this chunk exactly and name the first bad value.
@@ -400,45 +400,23 @@ fn binarize_chunk(
 const PREPARED_PANEL_VALUES: usize = 1 << 17;
 
 /// [`binarize_chunk`] into the first rows and columns of `out` (returning true), which is
-/// reallocated only when smaller than `x`: a fit's workers keep one from chunk to chunk. A new 4096 × d matrix per chunk
-/// was a fresh allocation from the system (2 MB at d = 64), its pages cleared by the kernel on
-/// first touch, in every chunk of every EM iteration. Without a threshold the values are only
-/// checked, `out` is left alone and the result is false: `x` is already its own binary copy.
-/// `at` is the row and column of `x`'s first value, for messages.
+/// reallocated only when smaller than `x`: a fit's workers keep one from chunk to chunk. A new
+/// 4096 × d matrix per chunk was a fresh allocation from the system (2 MB at d = 64), its pages
+/// cleared by the kernel on first touch, in every chunk of every EM iteration. Without a
+/// threshold the values are only checked ([`check_binary`]), `out` is left alone and the result
+/// is false: `x` is already its own binary copy. `at` is the row and column of `x`'s first
+/// value, for messages.
 fn binarize_chunk_into(
     x: MatRef<'_, f64>,
     threshold: Option<f64>,
     at: (usize, usize),
     out: &mut Mat<f64>,
 ) -> Result<bool> {
-    let mut scratch = Vec::new();
     let Some(t) = threshold else {
-        for j in 0..x.ncols() {
-            let col = column(x, j, &mut scratch);
-            // Column by column over contiguous slices, compiled for the CPU's widest SIMD.
-            let all_binary = pulp::Arch::new().dispatch(
-                #[inline(always)]
-                || {
-                    col.iter()
-                        .fold(true, |all, v| all & (*v == 0.0 || *v == 1.0))
-                },
-            );
-            if !all_binary {
-                let (i, &value) = col
-                    .iter()
-                    .enumerate()
-                    .find(|(_, v)| !(**v == 0.0 || **v == 1.0))
-                    .unwrap_or((0, &f64::NAN));
-                return Err(GenerativeError::InvalidInput {
-                    row: at.0 + i,
-                    col: at.1 + j,
-                    value,
-                    rule: "must be 0 or 1 when binarize is off",
-                });
-            }
-        }
+        check_binary(x, at)?;
         return Ok(false);
     };
+    let mut scratch = Vec::new();
     let (n, d) = (x.nrows(), x.ncols());
     if out.nrows() < n || out.ncols() < d {
         *out = Mat::zeros(n.max(out.nrows()), d.max(out.ncols()));
@@ -456,6 +434,37 @@ fn binarize_chunk_into(
         );
     }
     Ok(true)
+}
+
+/// Checks that every value of `x` is 0 or 1 (Bernoulli naive Bayes without `binarize`), naming
+/// the first that is not, in column order; `at` is the row and column of `x`'s first value.
+fn check_binary(x: MatRef<'_, f64>, at: (usize, usize)) -> Result<()> {
+    let mut scratch = Vec::new();
+    for j in 0..x.ncols() {
+        let col = column(x, j, &mut scratch);
+        // Column by column over contiguous slices, compiled for the CPU's widest SIMD.
+        let all_binary = pulp::Arch::new().dispatch(
+            #[inline(always)]
+            || {
+                col.iter()
+                    .fold(true, |all, v| all & (*v == 0.0 || *v == 1.0))
+            },
+        );
+        if !all_binary {
+            let (i, &value) = col
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !(**v == 0.0 || **v == 1.0))
+                .unwrap_or((0, &f64::NAN));
+            return Err(GenerativeError::InvalidInput {
+                row: at.0 + i,
+                col: at.1 + j,
+                value,
+                rule: "must be 0 or 1 when binarize is off",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Fitted Bernoulli naive Bayes.
@@ -570,7 +579,7 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
     fn check_input(&self, x: MatRef<'_, f64>) -> Result<()> {
         crate::parallel::check_finite_rows(x, 0)?;
         if self.binarize.is_none() {
-            binarize_chunk(x, None, 0)?;
+            check_binary(x, (0, 0))?;
         }
         Ok(())
     }

@@ -229,7 +229,6 @@ impl Rows {
         if self.is_empty() && self.label_table.names().is_empty() {
             if m > 0 && d > 0 {
                 let mut values = std::mem::take(&mut staged.values);
-                values.truncate(m * d);
                 values.resize(density::block::in_place_stride(m, d) * d, 0.0);
                 values.shrink_to_fit();
                 self.stride = density::block::rows_to_columns_in_place(&mut values, m, d);
