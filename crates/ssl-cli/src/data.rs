@@ -11,6 +11,7 @@
 //! quoted input falls back to the `csv` crate, with line numbers counted by us. Every error
 //! names the file, the line and the column.
 
+use std::borrow::Cow;
 use std::io::Read;
 
 use crate::error::{CliError, Result};
@@ -71,6 +72,7 @@ fn parse_cell(bytes: &[u8], source: &str, line: u64, column: &str) -> Result<f64
 /// memory map, anything else as a stream.
 pub fn read_csv(path: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
     if path == "-" {
+        widen_pipe_buffer();
         return read_csv_from(std::io::stdin(), path, options);
     }
     let file = std::fs::File::open(path).map_err(|e| CliError::io(path, e))?;
@@ -82,6 +84,18 @@ pub fn read_csv(path: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
         path,
         options,
     )
+}
+
+/// Asks for a 1 MiB buffer on standard input when it is a pipe (the default is 64 KiB), so
+/// that the writer and our reader thread switch 16 times less often. Failure (not a pipe, or a
+/// system limit below 1 MiB) leaves the pipe as it was, which reads the same bytes.
+#[allow(unsafe_code)]
+fn widen_pipe_buffer() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `fcntl` on descriptor 0 with an integer argument touches no memory of ours.
+    unsafe {
+        libc::fcntl(0, libc::F_SETPIPE_SZ, 1 << 20);
+    }
 }
 
 /// Reads CSV held in memory (`source` names it in messages).
@@ -244,8 +258,11 @@ fn read_csv_with(
 }
 
 /// Bytes read per block. Each block is split at newlines and parsed in parallel; partial results
-/// are appended in order, so the rows keep the file's order.
-const BLOCK_BYTES: usize = 8 << 20;
+/// are appended in order, so the rows keep the file's order. 4 MiB rather than 8: a stream
+/// holds several blocks and two blocks' parsed pieces at once, and with the first block no
+/// longer copied a piped 1e6 x 16 fit peaked at 156-160 MB rather than 189-197 MB. Loading
+/// the file took the same time; at 2 MiB piped loads were slower.
+const BLOCK_BYTES: usize = 4 << 20;
 
 /// Where the columns are.
 struct Layout<'a> {
@@ -319,8 +336,13 @@ fn fill_block(reader: &mut impl Read, block: &mut Vec<u8>, want: usize) -> std::
 
 /// Parses the records after the header from a stream. A reader thread fills blocks of whole
 /// lines (the partial last line of each read is carried to the start of the next block) while
-/// this thread parses the previous ones ([`parse_blocks`]); parsed blocks go back to the reader
-/// to be refilled, so their memory is touched once. `first` is the input already read.
+/// this thread parses the previous one ([`parse_blocks`]); parsed blocks go back to the reader
+/// to be refilled, so their memory is touched once. `first` is the input already read: its
+/// whole lines are parsed where they lie, only its partial last line is copied.
+///
+/// Up to two filled blocks wait in the channel: handing each block over only as the last one
+/// is parsed saved two blocks of memory but made piped loads slower (medians 0.68–0.75 s
+/// against 0.52–0.59 s for a 1e6 x 16 file).
 fn read_body(
     reader: &mut (impl Read + Send),
     first: &[u8],
@@ -332,7 +354,9 @@ fn read_body(
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(2);
         let (recycle_tx, recycle_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        let mut carry = first.to_vec();
+        let whole_lines = memchr::memrchr(b'\n', first).map_or(0, |p| p + 1);
+        let mut head = Some(&first[..whole_lines]).filter(|h| !h.is_empty());
+        let mut carry = first[whole_lines..].to_vec();
         scope.spawn(move || {
             loop {
                 let mut block = recycle_rx
@@ -363,13 +387,18 @@ fn read_body(
             }
         });
         parse_blocks(
-            || {
-                rx.recv()
-                    .ok()
-                    .map(|block| block.map_err(|e| CliError::io(layout.source, e)))
+            || match head.take() {
+                Some(h) => Some(Ok(Cow::Borrowed(h))),
+                None => rx.recv().ok().map(|block| {
+                    block
+                        .map(Cow::Owned)
+                        .map_err(|e| CliError::io(layout.source, e))
+                }),
             },
             |block| {
-                let _ = recycle_tx.send(block);
+                if let Cow::Owned(block) = block {
+                    let _ = recycle_tx.send(block);
+                }
             },
             |block, line, labeled, unlabeled| {
                 let rest = std::io::Cursor::new(block).chain(ChannelReader {
@@ -1011,7 +1040,7 @@ mod tests {
 
     #[test]
     fn files_larger_than_a_block_keep_every_row_in_order() {
-        let n = 900_000; // about 15 MB, two blocks
+        let n = 900_000; // about 15 MB, four blocks
         let text = big(n);
         assert!(text.len() > BLOCK_BYTES);
         let d = read(&text, Some("y")).unwrap();
@@ -1026,6 +1055,56 @@ mod tests {
         assert_eq!(l[(l.nrows() - 1, 0)], last as f64);
         assert_eq!(l[(l.nrows() - 1, 1)], (last / 2) as f64 + 0.5);
         assert_eq!(*d.labeled.lines().last().unwrap(), last as u64 + 2);
+    }
+
+    /// Gives at most `step` bytes per read, as a pipe may.
+    struct Trickle<'a> {
+        rest: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let k = buf.len().min(self.step).min(self.rest.len());
+            buf[..k].copy_from_slice(&self.rest[..k]);
+            self.rest = &self.rest[k..];
+            Ok(k)
+        }
+    }
+
+    #[test]
+    fn lines_longer_than_a_block_are_read_whole() {
+        let options = ReadOptions {
+            label: Some("y"),
+            features: None,
+            unlabeled_marker: "",
+            require_label: true,
+        };
+        let long = "k".repeat(BLOCK_BYTES + BLOCK_BYTES / 2);
+        // The first record longer than the first block (whose body then holds no whole line),
+        // one across a later block's end, and a last line without its newline.
+        let mut text = format!("a,b,y\n1,2,{long}\n");
+        text.push_str(&big(300_000)[6..]);
+        text.push_str(&format!("3,4,{long}\n5,6,x\n7,8,{long}"));
+        let d = read_both(&text, &options).unwrap();
+        let trickled = read_csv_from(
+            Trickle {
+                rest: text.as_bytes(),
+                step: 65_537,
+            },
+            "t.csv",
+            &options,
+        );
+        assert_same(&Ok(d.clone()), &trickled);
+        let n = d.labeled.len();
+        assert_eq!(d.labeled.len() + d.unlabeled.len(), 300_004);
+        assert_eq!(d.labeled.label(0), Some(long.as_str()));
+        assert_eq!(d.labeled.label(n - 3), Some(long.as_str()));
+        assert_eq!(d.labeled.label(n - 2), Some("x"));
+        assert_eq!(d.labeled.label(n - 1), Some(long.as_str()));
+        assert_eq!(d.labeled.lines()[n - 1], 300_005);
+        let l = d.labeled.matrix();
+        assert_eq!((l[(n - 3, 1)], l[(n - 1, 0)]), (4.0, 7.0));
     }
 
     #[test]
