@@ -351,22 +351,25 @@ impl SufficientStats {
                 &mut self.scatter,
                 buffer,
             ),
-            ScatterKind::Diagonal => {
-                // Columns as contiguous slices (copied once when x is row-major or a subset of
-                // rows), so the sums vectorise.
-                let mut subset = Vec::new();
-                let x = match rows {
-                    Some(rows) => crate::block::gather_rows(x, rows, &mut subset),
-                    None => x,
-                };
-                crate::moments::diagonal_moments(
+            // Columns as contiguous slices (a subset of rows gathered a column at a time, and
+            // a row-major x's columns copied), so the sums vectorise.
+            ScatterKind::Diagonal => match rows {
+                Some(rows) => crate::moments::diagonal_moments_of_rows(
+                    x,
+                    rows,
+                    weights,
+                    total,
+                    &mut self.mean,
+                    &mut self.scatter,
+                ),
+                None => crate::moments::diagonal_moments(
                     x,
                     weights,
                     total,
                     &mut self.mean,
                     &mut self.scatter,
-                );
-            }
+                ),
+            },
         }
     }
 
