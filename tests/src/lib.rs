@@ -97,6 +97,18 @@ pub fn run_in(dir: &Path, args: &[&str], stdin: Option<&str>) -> Run {
     child.wait_with_output().expect("wait for ssl-cli").into()
 }
 
+/// Runs the built `ssl-cli` in `dir` with `args`, standard input read from `stdin` (a file
+/// redirected, as `< file` does, at the offset it stands at).
+pub fn run_with_stdin_file(dir: &Path, args: &[&str], stdin: std::fs::File) -> Run {
+    Command::new(ssl_cli())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::from(stdin))
+        .output()
+        .expect("run ssl-cli")
+        .into()
+}
+
 /// A CSV copy of a shipped dataset with the label removed from a share of rows (deterministic:
 /// row i keeps its label when i % keep_every == 0), and optionally transformed features.
 pub fn with_labels_removed(

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use tests::{data_file, run_in, with_labels_removed};
+use tests::{data_file, run_in, run_with_stdin_file, with_labels_removed};
 
 fn write(dir: &Path, name: &str, text: &str) -> String {
     std::fs::write(dir.join(name), text).unwrap();
@@ -119,6 +119,48 @@ fn fit_predict_eval_round_trips_for_every_model() {
         assert_eq!(i.code, 0);
         assert!(i.stdout.contains("classes (3)"), "{}", i.stdout);
     }
+}
+
+/// A model file less the paths it records (which name its input and output).
+fn model_less_paths(dir: &Path, name: &str) -> serde_json::Value {
+    let mut m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap();
+    let training = &mut m["training"];
+    training["data"] = serde_json::Value::Null;
+    training["options"]["cli"]["data"] = serde_json::Value::Null;
+    training["options"]["cli"]["out"] = serde_json::Value::Null;
+    m
+}
+
+#[test]
+fn standard_input_redirected_from_a_file_reads_from_where_it_stands() {
+    use std::io::{Seek, SeekFrom};
+    let dir = tempfile::tempdir().unwrap();
+    let text = with_labels_removed("wine.csv", 4, |v| v);
+    write(dir.path(), "w.csv", &text);
+    // The same rows after a line that a reader starting at byte 0 would take for the header.
+    let junk = "not,the,header\n";
+    write(dir.path(), "junk.csv", &format!("{junk}{text}"));
+    let fit = |data: &'static str, out: &'static str| {
+        [
+            "fit", "--model", "qda", "--reg", "1e-2", "--data", data, "--label", "label", "--out",
+            out,
+        ]
+    };
+    let r = run_in(dir.path(), &fit("w.csv", "file.json"), None);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    // From its start (read through a map), and from past the junk line (read as a stream).
+    let whole = std::fs::File::open(dir.path().join("w.csv")).unwrap();
+    let r = run_with_stdin_file(dir.path(), &fit("-", "start.json"), whole);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut past = std::fs::File::open(dir.path().join("junk.csv")).unwrap();
+    past.seek(SeekFrom::Start(junk.len() as u64)).unwrap();
+    let r = run_with_stdin_file(dir.path(), &fit("-", "past.json"), past);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let want = model_less_paths(dir.path(), "file.json");
+    assert_eq!(want["classes"].as_array().unwrap().len(), 3);
+    assert_eq!(model_less_paths(dir.path(), "start.json"), want);
+    assert_eq!(model_less_paths(dir.path(), "past.json"), want);
 }
 
 #[test]

@@ -69,9 +69,13 @@ fn parse_cell(bytes: &[u8], source: &str, line: u64, column: &str) -> Result<f64
 }
 
 /// Reads a CSV file with a header row (`-` is standard input). A regular file is read through a
-/// memory map, anything else as a stream.
+/// memory map, anything else as a stream; so is standard input redirected from a regular file
+/// (`< data.csv`) and not yet read from.
 pub fn read_csv(path: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
     if path == "-" {
+        if let Some((_file, map)) = mapped_stdin() {
+            return read_csv_parts(map.bytes(), path, options, |end| map.done_before(end));
+        }
         widen_pipe_buffer();
         return read_csv_from(std::io::stdin(), path, options);
     }
@@ -84,6 +88,28 @@ pub fn read_csv(path: &str, options: &ReadOptions<'_>) -> Result<Dataset> {
         path,
         options,
     )
+}
+
+/// Standard input mapped, when it is a regular file read from its start. Why: `--data - <
+/// data.csv` then loads as fast as `--data data.csv` (a 1e6 x 16 QDA fit took 0.53-1.01 s
+/// through the stream, 0.43-0.44 s from the file). Input already partly read (its offset not at
+/// 0, as after `(head -n 1; ssl-cli ...) < data.csv`) is streamed from where it stands. The
+/// file (a second descriptor of standard input) is kept open while the map is read.
+fn mapped_stdin() -> Option<(std::fs::File, crate::mapped::MappedFile)> {
+    #[cfg(unix)]
+    {
+        use std::io::Seek;
+        use std::os::fd::AsFd;
+        let fd = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+        let mut file = std::fs::File::from(fd);
+        if file.stream_position().ok()? != 0 {
+            return None;
+        }
+        let map = crate::mapped::MappedFile::open(&file)?;
+        Some((file, map))
+    }
+    #[cfg(not(unix))]
+    None
 }
 
 /// Asks for a 1 MiB buffer on standard input when it is a pipe (the default is 64 KiB), so
