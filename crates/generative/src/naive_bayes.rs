@@ -849,6 +849,25 @@ fn check_categories(
     n_categories: Option<&[usize]>,
 ) -> Result<()> {
     crate::parallel::check_finite_rows(x, first_row)?;
+    // A branch-free scan of each column finds whether any value breaks a rule; only then are
+    // the rows searched, in order, for the first (which the row-by-row search alone found at
+    // a cache line per value of column-major rows).
+    let mut scratch = Vec::new();
+    let any_bad = (0..x.ncols()).any(|j| {
+        let limit = n_categories.map_or(f64::INFINITY, |m| m[j] as f64);
+        let col = column(x, j, &mut scratch);
+        pulp::Arch::new().dispatch(
+            #[inline(always)]
+            || {
+                col.iter().fold(false, |a, &v| {
+                    a | (v < 0.0) | (v != v.trunc()) | (v >= limit)
+                })
+            },
+        )
+    });
+    if !any_bad {
+        return Ok(());
+    }
     for i in 0..x.nrows() {
         for j in 0..x.ncols() {
             let v = x[(i, j)];
@@ -898,12 +917,13 @@ impl WeightedFit for Checked<CategoricalNbParams> {
         let maxima = map_chunks(sets, |chunk| {
             check_chunk(&chunk)?;
             check_categories(chunk.x, chunk.first_row, None)?;
+            // The values are checked integers >= 0: the largest as a float is the largest
+            // category.
+            let mut scratch = Vec::new();
             Ok((0..d)
                 .map(|j| {
-                    (0..chunk.x.nrows())
-                        .map(|i| chunk.x[(i, j)] as usize)
-                        .max()
-                        .unwrap_or(0)
+                    let col = column(chunk.x, j, &mut scratch);
+                    col.iter().fold(0.0f64, |a, &v| a.max(v)) as usize
                 })
                 .collect::<Vec<_>>())
         })?;
@@ -926,16 +946,29 @@ impl WeightedFit for Checked<CategoricalNbParams> {
             offsets.push(size);
             size += k * m;
         }
-        // Pass 2: weighted counts per (feature, class, category), merged in chunk order.
+        // Pass 2: weighted counts per (feature, class, category), merged in chunk order. Column
+        // by column (the rows are column-major), each count still summed over its rows in row
+        // order, so the bits are those of a row-by-row loop. Why: that loop read each row
+        // across the columns, a cache line per value, and (with the log joints' same loop)
+        // made a 20,000 x 1,000 fit take 5.7 s against 0.74 s for multinomial NB.
         let parts = map_chunks(sets, |chunk| {
             let mut counts = vec![0.0; size];
-            let mut weights = vec![0.0; k];
-            for i in 0..chunk.x.nrows() {
+            let (mut x_scratch, mut resp_scratch) = (Vec::new(), Vec::new());
+            let weights: Vec<f64> = (0..k)
+                .map(|c| {
+                    let r = column(chunk.resp, c, &mut resp_scratch);
+                    r.iter().fold(0.0, |total, w| total + w)
+                })
+                .collect();
+            for j in 0..d {
+                let m = n_categories[j];
+                let col = column(chunk.x, j, &mut x_scratch);
                 for c in 0..k {
-                    let w = chunk.resp[(i, c)];
-                    weights[c] += w;
-                    for j in 0..d {
-                        counts[offsets[j] + c * n_categories[j] + chunk.x[(i, j)] as usize] += w;
+                    let r = column(chunk.resp, c, &mut resp_scratch);
+                    // Pass 1 sized every feature's categories from these values.
+                    let cells = &mut counts[offsets[j] + c * m..][..m];
+                    for (&v, &w) in col.iter().zip(r) {
+                        cells[v as usize] += w;
                     }
                 }
             }
@@ -1024,22 +1057,30 @@ impl GenerativeClassifier for CategoricalNaiveBayes {
     fn check_input(&self, x: MatRef<'_, f64>) -> Result<()> {
         check_categories(x, 0, Some(&self.n_categories))
     }
+    /// Column by column, each class's sum still taken over the features in order (the bits
+    /// of a row-by-row loop, which read a cache line per value of column-major rows).
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        let n = x.nrows();
         for c in 0..self.n_classes {
-            for i in 0..x.nrows() {
-                let mut acc = self.log_priors[c];
-                for j in 0..self.n_features {
-                    let m = self.n_categories[j];
-                    let v = x[(i, j)] as usize;
-                    // Checked input never fails this test; unchecked input must not index
-                    // another feature's block or panic.
-                    acc += if v < m {
-                        self.log_theta[self.offsets[j] + c * m + v]
-                    } else {
-                        f64::NEG_INFINITY
-                    };
-                }
-                out[(i, c)] = acc;
+            with_column_mut(out.as_mut(), c, |o| o.fill(self.log_priors[c]));
+        }
+        let (mut scratch, mut categories) = (Vec::new(), vec![0usize; n]);
+        for j in 0..self.n_features {
+            let m = self.n_categories[j];
+            let col = column(x, j, &mut scratch);
+            categories
+                .iter_mut()
+                .zip(col)
+                .for_each(|(t, &v)| *t = v as usize);
+            for c in 0..self.n_classes {
+                let table = &self.log_theta[self.offsets[j] + c * m..][..m];
+                with_column_mut(out.as_mut(), c, |o| {
+                    for (o, &v) in o.iter_mut().zip(&categories) {
+                        // Checked input never misses the table; unchecked input must not index
+                        // another feature's block or panic.
+                        *o += table.get(v).copied().unwrap_or(f64::NEG_INFINITY);
+                    }
+                });
             }
         }
     }
