@@ -21,37 +21,7 @@ pub fn diagonal_moments(
     mean: &mut [f64],
     scatter: &mut [f64],
 ) {
-    struct Columns<'a> {
-        x: MatRef<'a, f64>,
-        w: Option<&'a [f64]>,
-        total: f64,
-        mean: &'a mut [f64],
-        scatter: &'a mut [f64],
-    }
-    impl pulp::WithSimd for Columns<'_> {
-        type Output = ();
-        #[inline(always)]
-        fn with_simd<S: Simd>(self, simd: S) {
-            // Columns as contiguous slices (copied when x is row-major).
-            let mut scratch = Vec::new();
-            for (j, (m, s)) in self
-                .mean
-                .iter_mut()
-                .zip(self.scatter.iter_mut())
-                .enumerate()
-            {
-                let col = crate::block::column(self.x, j, &mut scratch);
-                (*m, *s) = column_moments(simd, self.w, self.total, col);
-            }
-        }
-    }
-    pulp::Arch::new().dispatch(Columns {
-        x,
-        w,
-        total,
-        mean,
-        scatter,
-    });
+    moments_of_columns(x, None, w, total, mean, scatter);
 }
 
 /// [`diagonal_moments`] of the rows `rows` of `x` (`w`: one weight per selected row), the same
@@ -67,9 +37,22 @@ pub fn diagonal_moments_of_rows(
     mean: &mut [f64],
     scatter: &mut [f64],
 ) {
+    moments_of_columns(x, Some(rows), w, total, mean, scatter);
+}
+
+/// [`diagonal_moments`] of all rows of `x` or of the selected `rows`, each column as a
+/// contiguous slice: borrowed when it is one, else copied (or its selected rows gathered).
+fn moments_of_columns(
+    x: MatRef<'_, f64>,
+    rows: Option<&[usize]>,
+    w: Option<&[f64]>,
+    total: f64,
+    mean: &mut [f64],
+    scatter: &mut [f64],
+) {
     struct Columns<'a> {
         x: MatRef<'a, f64>,
-        rows: &'a [usize],
+        rows: Option<&'a [usize]>,
         w: Option<&'a [f64]>,
         total: f64,
         mean: &'a mut [f64],
@@ -79,23 +62,29 @@ pub fn diagonal_moments_of_rows(
         type Output = ();
         #[inline(always)]
         fn with_simd<S: Simd>(self, simd: S) {
-            let mut scratch = Vec::with_capacity(self.rows.len());
+            let mut scratch = Vec::new();
             for (j, (m, s)) in self
                 .mean
                 .iter_mut()
                 .zip(self.scatter.iter_mut())
                 .enumerate()
             {
-                scratch.clear();
-                let x = self.x.col(j);
-                match x.try_as_col_major() {
-                    Some(col) => {
-                        let col = col.as_slice();
-                        scratch.extend(self.rows.iter().map(|&i| col[i]));
+                let col = match self.rows {
+                    None => crate::block::column(self.x, j, &mut scratch),
+                    Some(rows) => {
+                        scratch.clear();
+                        let x = self.x.col(j);
+                        match x.try_as_col_major() {
+                            Some(col) => {
+                                let col = col.as_slice();
+                                scratch.extend(rows.iter().map(|&i| col[i]));
+                            }
+                            None => scratch.extend(rows.iter().map(|&i| x[i])),
+                        }
+                        &scratch
                     }
-                    None => scratch.extend(self.rows.iter().map(|&i| x[i])),
-                }
-                (*m, *s) = column_moments(simd, self.w, self.total, &scratch);
+                };
+                (*m, *s) = column_moments(simd, self.w, self.total, col);
             }
         }
     }
