@@ -382,15 +382,21 @@ pub fn gather_rows<'a>(
     out.clear();
     out.reserve(m * d);
     for j in 0..d {
-        match x.col(j).try_as_col_major() {
-            Some(col) => {
-                let col = col.as_slice();
-                out.extend(rows.iter().map(|&i| col[i]));
-            }
-            None => out.extend(rows.iter().map(|&i| x[(i, j)])),
-        }
+        gather_column(x, j, rows, out);
     }
     MatRef::from_column_major_slice(&out[..], m, d)
+}
+
+/// Appends the values of column `j` of `x` at `rows` to `out`, in the order of `rows`.
+#[inline(always)]
+pub fn gather_column(x: MatRef<'_, f64>, j: usize, rows: &[usize], out: &mut Vec<f64>) {
+    match x.col(j).try_as_col_major() {
+        Some(col) => {
+            let col = col.as_slice();
+            out.extend(rows.iter().map(|&i| col[i]));
+        }
+        None => out.extend(rows.iter().map(|&i| x[(i, j)])),
+    }
 }
 
 /// Most values a [`SmallBuffer`] keeps on the stack.

@@ -73,14 +73,7 @@ fn moments_of_columns(
                     None => crate::block::column(self.x, j, &mut scratch),
                     Some(rows) => {
                         scratch.clear();
-                        let x = self.x.col(j);
-                        match x.try_as_col_major() {
-                            Some(col) => {
-                                let col = col.as_slice();
-                                scratch.extend(rows.iter().map(|&i| col[i]));
-                            }
-                            None => scratch.extend(rows.iter().map(|&i| x[i])),
-                        }
+                        crate::block::gather_column(self.x, j, rows, &mut scratch);
                         &scratch
                     }
                 };

@@ -953,21 +953,30 @@ impl WeightedFit for Checked<CategoricalNbParams> {
         // made a 20,000 x 1,000 fit take 5.7 s against 0.74 s for multinomial NB.
         let parts = map_chunks(sets, |chunk| {
             let mut counts = vec![0.0; size];
-            let (mut x_scratch, mut resp_scratch) = (Vec::new(), Vec::new());
-            let weights: Vec<f64> = (0..k)
-                .map(|c| {
-                    let r = column(chunk.resp, c, &mut resp_scratch);
-                    r.iter().fold(0.0, |total, w| total + w)
-                })
+            let mut x_scratch = Vec::new();
+            // The responsibilities' columns, taken once for every feature (copied only when
+            // they are not contiguous).
+            let copied: Vec<Vec<f64>>;
+            let resp = match density::block::contiguous_columns(chunk.resp, 0..k) {
+                Some(columns) => columns,
+                None => {
+                    copied = (0..k)
+                        .map(|c| chunk.resp.col(c).iter().copied().collect())
+                        .collect();
+                    copied.iter().map(Vec::as_slice).collect()
+                }
+            };
+            let weights: Vec<f64> = resp
+                .iter()
+                .map(|r| r.iter().fold(0.0, |total, w| total + w))
                 .collect();
             for j in 0..d {
                 let m = n_categories[j];
                 let col = column(chunk.x, j, &mut x_scratch);
-                for c in 0..k {
-                    let r = column(chunk.resp, c, &mut resp_scratch);
+                for (c, r) in resp.iter().enumerate() {
                     // Pass 1 sized every feature's categories from these values.
                     let cells = &mut counts[offsets[j] + c * m..][..m];
-                    for (&v, &w) in col.iter().zip(r) {
+                    for (&v, &w) in col.iter().zip(r.iter()) {
                         cells[v as usize] += w;
                     }
                 }
