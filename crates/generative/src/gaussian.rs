@@ -1535,9 +1535,9 @@ std::thread_local! {
 ///
 /// Each term is one fused multiply-add of (x_q − m_q)² by iv_q onto the sum: three operations
 /// per value and class where a multiply and an add made four. With many classes the kernel is
-/// bound by its arithmetic, not its reads: Gaussian NB's predictions at d = 64, K = 10 on one
-/// thread took 77–112 ns a row on 2,048 rows held in L2, and 109 ns from memory (n = 1e6;
-/// BENCHMARKS.md, fifty-fourth round). The rows one at a time
+/// bound by its arithmetic, not its reads: before this, Gaussian NB's predictions at d = 64,
+/// K = 10 on one thread took 77–112 ns a row on 2,048 rows held in L2, and 109 ns from memory
+/// (n = 1e6; BENCHMARKS.md, fifty-fourth round). The rows one at a time
 /// use `mul_add`, exactly rounded as the vector instruction is (libm's `fma` without hardware
 /// FMA), so a row has the same bits in a vector or alone. The centring stays exact: x − m is
 /// taken first, not folded into the multiply-add, which would lose digits when |m| ≫ σ.
