@@ -956,16 +956,12 @@ impl WeightedFit for Checked<CategoricalNbParams> {
             let mut x_scratch = Vec::new();
             // The responsibilities' columns, taken once for every feature (copied only when
             // they are not contiguous).
-            let copied: Vec<Vec<f64>>;
-            let resp = match density::block::contiguous_columns(chunk.resp, 0..k) {
-                Some(columns) => columns,
-                None => {
-                    copied = (0..k)
-                        .map(|c| chunk.resp.col(c).iter().copied().collect())
-                        .collect();
-                    copied.iter().map(Vec::as_slice).collect()
-                }
-            };
+            let mut copies = vec![Vec::new(); k];
+            let resp: Vec<&[f64]> = copies
+                .iter_mut()
+                .enumerate()
+                .map(|(c, copy)| column(chunk.resp, c, copy))
+                .collect();
             let weights: Vec<f64> = resp
                 .iter()
                 .map(|r| r.iter().fold(0.0, |total, w| total + w))
