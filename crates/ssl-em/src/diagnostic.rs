@@ -12,10 +12,10 @@
 //! - **Mean shift**: per class, the largest move of a class mean (labeled mean vs the
 //!   responsibility-weighted mean of all rows), in pooled within-class standard deviations.
 //! - **Orientation change**: per class, the angle between the leading eigenvectors of the labeled
-//!   and the semi-supervised class covariances. Past [`ORIENTATION_MAX_UNLABELED_ROWS`] unlabeled
-//!   rows the semi-supervised covariance is estimated from blocks of them spread evenly over the
-//!   data (the verdict does not use the orientation; the likelihood ratio and mean shifts read
-//!   every row).
+//!   and the semi-supervised class covariances. When the class scatters of every unlabeled row
+//!   would cost more than [`ORIENTATION_MULTIPLY_ADDS`], the semi-supervised covariance is
+//!   estimated from blocks of rows spread evenly over the data (the verdict does not use the
+//!   orientation; the likelihood ratio and mean shifts read every row).
 //!
 //! Verdict: `Dominated` when the p-value is below 0.001; `Suspect` when it is below 0.05 or a mean
 //! moved by more than one within-class standard deviation; `Ok` otherwise.
@@ -61,10 +61,10 @@ pub struct DominanceDiagnostic {
     /// [`ORIENTATION_MAX_FEATURES`] features and a model with fewer parameters than one
     /// covariance matrix, see [`forms_full_scatters`]).
     pub orientation_change_deg: Vec<Option<f64>>,
-    /// How many unlabeled rows the orientation check read: all of them up to
-    /// [`ORIENTATION_MAX_UNLABELED_ROWS`], past that every s-th block of [`ORIENTATION_BLOCK`]
-    /// rows, weighted by s (see [`orientation_stride`]). Zero when no orientation was computed
-    /// from unlabeled rows (absent from JSON written before it was added).
+    /// How many unlabeled rows the orientation check read: all of them, or where they are more
+    /// than [`ORIENTATION_MIN_STRIDE`] × [`orientation_rows`], every s-th block of
+    /// [`ORIENTATION_BLOCK`] rows, weighted by s (see [`orientation_stride`]). Zero when no orientation was computed from unlabeled
+    /// rows (absent from JSON written before it was added).
     #[serde(default)]
     pub orientation_unlabeled_rows: usize,
     /// What to do about it, when the verdict is not `Ok`.
@@ -75,17 +75,34 @@ pub struct DominanceDiagnostic {
 /// orientation check.
 pub const ORIENTATION_MAX_FEATURES: usize = 64;
 
-/// The orientation check reads at most about this many unlabeled rows (every s-th block of
-/// [`ORIENTATION_BLOCK`] rows, s = ⌈n_u / this⌉, each row weighted by s) for its estimate of
-/// each class's semi-supervised covariance.
+/// The orientation check forms the class scatters of every unlabeled row unless they cost more
+/// than [`ORIENTATION_MIN_STRIDE`] times this many multiply-adds (n·K·d(d + 1)/2; 2^31 is
+/// n = 1e6 rows at d = 16 and K = 15, or at d = 64 and K = 1), and then of about
+/// [`orientation_rows`] of them: every s-th block of [`ORIENTATION_BLOCK`] rows,
+/// s = ⌈n_u / that⌉, each row weighted by s.
 ///
-/// Why: the full scatters cost n·K·d(d + 1)/2 multiply-adds. For a diagonal model at n = 1e6,
-/// d = 64, K = 10 the end of a fit over all rows took 0.75 s, six and a half of its 0.11 s EM
-/// iterations, for a figure the verdict does not use (0.17 s since; the mean shifts read every
-/// row, through weighted sums). In the test below (d = 3, 394,216 unlabeled rows, 131,072 of
-/// them read) the angles from blocks were 0.02° and 0.11° from those of every row, against
-/// angles of 26° and 16°; the error grows as the leading eigenvalues draw closer.
-pub const ORIENTATION_MAX_UNLABELED_ROWS: usize = 1 << 17;
+/// Why: for a diagonal model at n = 1e6, d = 64, K = 10 the end of a fit over all rows took
+/// 0.75 s, six and a half of its 0.11 s EM iterations, for a figure the verdict does not use
+/// (0.15–0.18 s since; the mean shifts read every row, through weighted sums). Why not fewer
+/// rows everywhere: a leading eigenvector is only as well determined as the gap below its
+/// eigenvalue. On the benchmark's CSV file (d = 16, K = 2, whose class covariances' two leading
+/// eigenvalues are within 2%) 122,624 of its 980,000 unlabeled rows gave orientation changes of
+/// 31.7° and 18.3° against 12.7° and 13.5° from every row (the same figures from numpy, so the
+/// arithmetic is right and the difference is sampling); there every row costs 2.7e8
+/// multiply-adds. In the test below (d = 3, well separated eigenvalues) the angles from blocks
+/// were 0.02° and 0.11° from those of every row.
+pub const ORIENTATION_MULTIPLY_ADDS: usize = 1 << 31;
+
+/// Past [`ORIENTATION_MULTIPLY_ADDS`], the orientation check still reads at least this many
+/// unlabeled rows.
+pub const ORIENTATION_MIN_ROWS: usize = 1 << 17;
+
+/// About how many unlabeled rows the orientation check reads at most, for `d` features and `k`
+/// classes: [`ORIENTATION_MULTIPLY_ADDS`] / (K·d(d + 1)/2), and at least [`ORIENTATION_MIN_ROWS`].
+pub fn orientation_rows(d: usize, k: usize) -> usize {
+    let per_row = (k * d * (d + 1) / 2).max(1);
+    (ORIENTATION_MULTIPLY_ADDS / per_row).max(ORIENTATION_MIN_ROWS)
+}
 
 /// The orientation check reads its rows in blocks of this many consecutive rows, every s-th
 /// block: rows spread over the whole data, each block's columns read as contiguous runs. (Every
@@ -93,11 +110,20 @@ pub const ORIENTATION_MAX_UNLABELED_ROWS: usize = 1 << 17;
 pub const ORIENTATION_BLOCK: usize = 256;
 
 /// The stride s, in blocks of [`ORIENTATION_BLOCK`] rows, of the unlabeled rows the
-/// orientation check reads, of `n_unlabeled` rows: 1 (every row) up to
-/// [`ORIENTATION_MAX_UNLABELED_ROWS`].
-pub fn orientation_stride(n_unlabeled: usize) -> usize {
-    n_unlabeled.div_ceil(ORIENTATION_MAX_UNLABELED_ROWS).max(1)
+/// orientation check reads, of `n_unlabeled` rows when it reads at most about `max_rows` (see
+/// [`orientation_rows`]): ⌈n_unlabeled / max_rows⌉ when that is at least
+/// [`ORIENTATION_MIN_STRIDE`], and otherwise 1 (every row).
+pub fn orientation_stride(n_unlabeled: usize, max_rows: usize) -> usize {
+    let s = n_unlabeled.div_ceil(max_rows.max(1));
+    if s >= ORIENTATION_MIN_STRIDE { s } else { 1 }
 }
+
+/// The orientation check reads blocks of rows only when they skip at least three rows in four.
+///
+/// Why: reading blocks costs a pass over every row for the mean shifts' weighted sums and a copy
+/// of the chosen blocks, which reading every row does not. At stride 2 (d = 64, K = 2, n = 1e6)
+/// the end of a diagonal fit took 0.17–0.21 s against 0.16 s over every row.
+pub const ORIENTATION_MIN_STRIDE: usize = 4;
 
 /// How many of `n` rows every `stride`-th block of [`ORIENTATION_BLOCK`] rows holds.
 fn chosen_rows(n: usize, stride: usize) -> usize {
@@ -136,10 +162,20 @@ pub(crate) fn diagnose<A: GenerativeClassifier, B: GenerativeClassifier>(
     } else {
         ScatterKind::Diagonal
     };
-    diagnose_with(data, lambda, supervised, semi, unlabeled_posteriors, kind)
+    let rows = orientation_rows(data.x_l.ncols(), data.n_classes);
+    diagnose_with(
+        data,
+        lambda,
+        supervised,
+        semi,
+        unlabeled_posteriors,
+        kind,
+        rows,
+    )
 }
 
-/// [`diagnose`] with the class statistics of `kind` (the orientation check needs `Full`).
+/// [`diagnose`] with the class statistics of `kind` (the orientation check needs `Full`), whose
+/// orientation check reads at most about `orientation_rows` unlabeled rows.
 fn diagnose_with<A: GenerativeClassifier, B: GenerativeClassifier>(
     data: &Data<'_>,
     lambda: f64,
@@ -147,6 +183,7 @@ fn diagnose_with<A: GenerativeClassifier, B: GenerativeClassifier>(
     semi: &B,
     unlabeled_posteriors: MatRef<'_, f64>,
     kind: ScatterKind,
+    orientation_rows: usize,
 ) -> Result<DominanceDiagnostic> {
     let Data {
         x_l,
@@ -168,14 +205,14 @@ fn diagnose_with<A: GenerativeClassifier, B: GenerativeClassifier>(
     let p_value = chi_square_survival(lr, dof as f64);
 
     // Class moments: labeled only, and labeled + λ-weighted unlabeled posteriors. Up to
-    // ORIENTATION_MAX_UNLABELED_ROWS unlabeled rows (and when the orientation is wanted) one pass
+    // `orientation_rows` unlabeled rows (and when the orientation is wanted) one pass
     // gives each class's full statistics of them, means and scatters; otherwise the mean shifts
     // take each class's weighted sums of every row, and the orientation a full scatter of the
     // chosen rows apart (the pooled sd is the labeled rows' alone).
     let onehot = generative::one_hot(y_l, n_classes)?;
     let with_unlabeled = x_u.nrows() > 0 && lambda > 0.0;
     let stride = if kind == ScatterKind::Full && with_unlabeled {
-        orientation_stride(x_u.nrows())
+        orientation_stride(x_u.nrows(), orientation_rows)
     } else {
         1
     };
@@ -495,8 +532,16 @@ mod tests {
             3,
         );
         let semi = semi.unwrap();
-        let full =
-            diagnose_with(&data, 0.5, &sup, &semi, post.as_ref(), ScatterKind::Full).unwrap();
+        let full = diagnose_with(
+            &data,
+            0.5,
+            &sup,
+            &semi,
+            post.as_ref(),
+            ScatterKind::Full,
+            5000,
+        )
+        .unwrap();
         let diag = diagnose_with(
             &data,
             0.5,
@@ -504,6 +549,7 @@ mod tests {
             &semi,
             post.as_ref(),
             ScatterKind::Diagonal,
+            5000,
         )
         .unwrap();
         assert!(full.orientation_change_deg.iter().all(Option::is_some));
@@ -542,10 +588,19 @@ mod tests {
                 assert_eq!(got, want, "n = {n}, stride {stride}");
             }
         }
-        assert_eq!(orientation_stride(ORIENTATION_MAX_UNLABELED_ROWS), 1);
-        assert_eq!(orientation_stride(ORIENTATION_MAX_UNLABELED_ROWS + 1), 2);
-        assert_eq!(orientation_stride(1_000_000), 8);
-        assert!(chosen_rows(1_000_000, 8) <= ORIENTATION_MAX_UNLABELED_ROWS);
+        let cap = ORIENTATION_MIN_ROWS;
+        assert_eq!(orientation_stride(cap, cap), 1);
+        assert_eq!(orientation_stride(3 * cap, cap), 1);
+        assert_eq!(orientation_stride(3 * cap + 1, cap), 4);
+        assert_eq!(orientation_stride(1_000_000, cap), 8);
+        assert!(chosen_rows(1_000_000, 8) <= cap);
+        // Every row of the benchmark's 1e6 × 16 two-class file, and at d = 64, K = 2; blocks at
+        // d = 64, K = 10.
+        assert_eq!(orientation_stride(1_000_000, orientation_rows(16, 2)), 1);
+        assert_eq!(orientation_stride(1_000_000, orientation_rows(16, 10)), 1);
+        assert_eq!(orientation_stride(1_000_000, orientation_rows(64, 2)), 1);
+        assert_eq!(orientation_rows(64, 10), cap);
+        assert_eq!(orientation_rows(64, 2), (1 << 31) / 4160);
     }
 
     /// Past the cap, the mean shifts and the verdict are those of every row (to rounding: sums
@@ -574,7 +629,8 @@ mod tests {
             (x, y)
         };
         let (x_l, y_l) = draw(60, 0.0);
-        let n_u = 3 * ORIENTATION_MAX_UNLABELED_ROWS + 1000;
+        let cap = ORIENTATION_MIN_ROWS;
+        let n_u = 3 * cap + 1000;
         let (x_u, y_u) = draw(n_u, 20.0);
         let post = Mat::from_fn(n_u, 2, |i, c| if y_u[i] == c { 0.9 } else { 0.1 });
         let data = Data {
@@ -593,15 +649,23 @@ mod tests {
                 .build()
                 .unwrap();
             pool.install(|| {
-                diagnose_with(&data, lambda, &sup, &semi, post.as_ref(), ScatterKind::Full)
+                diagnose_with(
+                    &data,
+                    lambda,
+                    &sup,
+                    &semi,
+                    post.as_ref(),
+                    ScatterKind::Full,
+                    cap,
+                )
             })
             .unwrap()
         };
         let got = run(2);
         assert_eq!(run(1), got, "one thread against two");
-        assert_eq!(orientation_stride(n_u), 4);
+        assert_eq!(orientation_stride(n_u, cap), 4);
         assert_eq!(got.orientation_unlabeled_rows, chosen_rows(n_u, 4));
-        assert!(got.orientation_unlabeled_rows <= ORIENTATION_MAX_UNLABELED_ROWS);
+        assert!(got.orientation_unlabeled_rows <= cap);
 
         // What every row gives: full statistics of all of them.
         let every = weighted_class_stats(x_u.as_ref(), post.as_ref(), lambda, ScatterKind::Full, 1);
@@ -646,7 +710,7 @@ mod tests {
         }
 
         // Up to the cap: every row read once, as before.
-        let few = ORIENTATION_MAX_UNLABELED_ROWS;
+        let few = cap;
         let data = Data {
             x_u: x_u.as_ref().subrows(0, few),
             ..data
@@ -658,6 +722,7 @@ mod tests {
             &semi,
             post.as_ref().subrows(0, few),
             ScatterKind::Full,
+            cap,
         )
         .unwrap();
         assert_eq!(got.orientation_unlabeled_rows, few);
