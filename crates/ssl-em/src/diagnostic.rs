@@ -62,7 +62,7 @@ pub struct DominanceDiagnostic {
     /// covariance matrix, see [`forms_full_scatters`]).
     pub orientation_change_deg: Vec<Option<f64>>,
     /// How many unlabeled rows the orientation check read: all of them, or where they are more
-    /// than [`ORIENTATION_MIN_STRIDE`] × [`orientation_rows`], every s-th block of
+    /// than three times [`orientation_rows`], every s-th block of
     /// [`ORIENTATION_BLOCK`] rows, weighted by s (see [`orientation_stride`]). Zero when no orientation was computed from unlabeled
     /// rows (absent from JSON written before it was added).
     #[serde(default)]
@@ -76,7 +76,7 @@ pub struct DominanceDiagnostic {
 pub const ORIENTATION_MAX_FEATURES: usize = 64;
 
 /// The orientation check forms the class scatters of every unlabeled row unless they cost more
-/// than [`ORIENTATION_MIN_STRIDE`] times this many multiply-adds (n·K·d(d + 1)/2; 2^31 is
+/// than three times this many multiply-adds (n·K·d(d + 1)/2, see [`ORIENTATION_MIN_STRIDE`]; 2^31 is
 /// n = 1e6 rows at d = 16 and K = 15, or at d = 64 and K = 1), and then of about
 /// [`orientation_rows`] of them: every s-th block of [`ORIENTATION_BLOCK`] rows,
 /// s = ⌈n_u / that⌉, each row weighted by s.
@@ -599,6 +599,8 @@ mod tests {
         assert_eq!(orientation_stride(1_000_000, orientation_rows(16, 2)), 1);
         assert_eq!(orientation_stride(1_000_000, orientation_rows(16, 10)), 1);
         assert_eq!(orientation_stride(1_000_000, orientation_rows(64, 2)), 1);
+        assert_eq!(orientation_stride(1_000_000, orientation_rows(64, 3)), 1);
+        assert_eq!(orientation_stride(1_000_000, orientation_rows(64, 4)), 4);
         assert_eq!(orientation_rows(64, 10), cap);
         assert_eq!(orientation_rows(64, 2), (1 << 31) / 4160);
     }
