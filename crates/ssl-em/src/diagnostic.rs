@@ -466,6 +466,15 @@ pub fn chi_square_survival(x: f64, k: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// `f` on a pool of `threads` workers.
+    fn on_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(f)
+    }
+
     /// The chunks computed in parallel and merged in order are `from_rows`, bit for bit, over
     /// several chunks and a short last one, on one thread and on two.
     #[test]
@@ -486,13 +495,10 @@ mod tests {
         });
         let lambda = 0.37;
         for threads in [1, 2] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
             for kind in [ScatterKind::Full, ScatterKind::Diagonal] {
-                let got = pool
-                    .install(|| weighted_class_stats(x.as_ref(), post.as_ref(), lambda, kind, 1));
+                let got = on_threads(threads, || {
+                    weighted_class_stats(x.as_ref(), post.as_ref(), lambda, kind, 1)
+                });
                 for (c, got) in got.iter().enumerate() {
                     let w: Vec<f64> = (0..n).map(|i| lambda * post[(i, c)]).collect();
                     let want = SufficientStats::from_rows(x.as_ref(), &w, kind).unwrap();
@@ -646,11 +652,7 @@ mod tests {
         let semi = spec.fit(x_u.as_ref(), &y_u, 2).unwrap();
         let lambda = 0.3;
         let run = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            pool.install(|| {
+            on_threads(threads, || {
                 diagnose_with(
                     &data,
                     lambda,
