@@ -13,9 +13,9 @@
 //!   responsibility-weighted mean of all rows), in pooled within-class standard deviations.
 //! - **Orientation change**: per class, the angle between the leading eigenvectors of the labeled
 //!   and the semi-supervised class covariances. When the class scatters of every unlabeled row
-//!   would cost more than [`ORIENTATION_MULTIPLY_ADDS`], the semi-supervised covariance is
-//!   estimated from blocks of rows spread evenly over the data (the verdict does not use the
-//!   orientation; the likelihood ratio and mean shifts read every row).
+//!   would cost more than three times [`ORIENTATION_MULTIPLY_ADDS`], the semi-supervised
+//!   covariance is estimated from blocks of rows spread evenly over the data (the verdict does
+//!   not use the orientation; the likelihood ratio and mean shifts read every row).
 //!
 //! Verdict: `Dominated` when the p-value is below 0.001; `Suspect` when it is below 0.05 or a mean
 //! moved by more than one within-class standard deviation; `Ok` otherwise.
@@ -62,9 +62,9 @@ pub struct DominanceDiagnostic {
     /// covariance matrix, see [`forms_full_scatters`]).
     pub orientation_change_deg: Vec<Option<f64>>,
     /// How many unlabeled rows the orientation check read: all of them, or where they are more
-    /// than three times [`orientation_rows`], every s-th block of
-    /// [`ORIENTATION_BLOCK`] rows, weighted by s (see [`orientation_stride`]). Zero when no orientation was computed from unlabeled
-    /// rows (absent from JSON written before it was added).
+    /// than three times [`orientation_rows`], every s-th block of [`ORIENTATION_BLOCK`] rows,
+    /// weighted by s (see [`orientation_stride`]). Zero when no orientation was computed from
+    /// unlabeled rows (absent from JSON written before it was added).
     #[serde(default)]
     pub orientation_unlabeled_rows: usize,
     /// What to do about it, when the verdict is not `Ok`.
@@ -76,8 +76,8 @@ pub struct DominanceDiagnostic {
 pub const ORIENTATION_MAX_FEATURES: usize = 64;
 
 /// The orientation check forms the class scatters of every unlabeled row unless they cost more
-/// than three times this many multiply-adds (n·K·d(d + 1)/2, see [`ORIENTATION_MIN_STRIDE`]; 2^31 is
-/// n = 1e6 rows at d = 16 and K = 15, or at d = 64 and K = 1), and then of about
+/// than three times this many multiply-adds (n·K·d(d + 1)/2, see [`ORIENTATION_MIN_STRIDE`];
+/// 2^31 is n = 1e6 rows at d = 16 and K = 15, or at d = 64 and K = 1), and then of about
 /// [`orientation_rows`] of them: every s-th block of [`ORIENTATION_BLOCK`] rows,
 /// s = ⌈n_u / that⌉, each row weighted by s.
 ///
@@ -204,11 +204,11 @@ fn diagnose_with<A: GenerativeClassifier, B: GenerativeClassifier>(
     let dof = supervised.n_parameters().max(1);
     let p_value = chi_square_survival(lr, dof as f64);
 
-    // Class moments: labeled only, and labeled + λ-weighted unlabeled posteriors. Up to
-    // `orientation_rows` unlabeled rows (and when the orientation is wanted) one pass
-    // gives each class's full statistics of them, means and scatters; otherwise the mean shifts
-    // take each class's weighted sums of every row, and the orientation a full scatter of the
-    // chosen rows apart (the pooled sd is the labeled rows' alone).
+    // Class moments: labeled only, and labeled + λ-weighted unlabeled posteriors. When the
+    // orientation is wanted and reads every row (stride 1), one pass gives each class's full
+    // statistics of the unlabeled rows, means and scatters. Otherwise the mean shifts take each
+    // class's weighted sums of every row, and the orientation (if wanted) a full scatter of the
+    // chosen blocks apart (the pooled sd is the labeled rows' alone).
     let onehot = generative::one_hot(y_l, n_classes)?;
     let with_unlabeled = x_u.nrows() > 0 && lambda > 0.0;
     let stride = if kind == ScatterKind::Full && with_unlabeled {
@@ -306,13 +306,15 @@ fn diagnose_with<A: GenerativeClassifier, B: GenerativeClassifier>(
     })
 }
 
-/// Each class's statistics of every `stride`-th row of `x` (rows 0, s, 2s, ...) weighted by
-/// `lambda` × `stride` × its column of `posteriors`. With stride 1: what
+/// Each class's statistics of the rows of `x` in every `stride`-th block of
+/// [`ORIENTATION_BLOCK`] rows (blocks 0, s, 2s, ...), weighted by `lambda` × `stride` × its
+/// column of `posteriors`. With stride 1 (every row): what
 /// `SufficientStats::from_rows` gives for each class, bit for bit (the same chunks, merged in
 /// the same order), with the chunks shared among the pool's threads and every chunk laid out
 /// once for every class ([`RowBlock`]). Class by class on one thread, they made a one-iteration
 /// diagonal fit at n = 1e6, d = 64, K = 10 take 2.69 s against 1.51 s in parallel (AMD EPYC, 2
-/// threads). With a larger stride, each chunk of the chosen rows is gathered column-major first.
+/// threads). With a larger stride, each chunk of the chosen rows (8,192 of them, the same
+/// chunking) is gathered column-major first.
 fn weighted_class_stats(
     x: MatRef<'_, f64>,
     posteriors: MatRef<'_, f64>,
