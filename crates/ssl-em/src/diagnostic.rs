@@ -105,7 +105,7 @@ pub fn orientation_rows(d: usize, k: usize) -> usize {
 }
 
 /// The orientation check reads its rows in blocks of this many consecutive rows, every s-th
-/// block: rows spread over the whole data, each block's columns read as contiguous runs. (Every
+/// block: rows spread over the whole data, a block's values of a column adjacent in memory. (Every
 /// s-th row alone would read every cache line of a column-major matrix at s ≤ 8.)
 pub const ORIENTATION_BLOCK: usize = 256;
 
@@ -328,16 +328,15 @@ fn weighted_class_stats(
     let starts: Vec<usize> = (0..n).step_by(FROM_ROWS_CHUNK).collect();
     let parts = generative::parallel::run_indexed_with(
         starts,
-        || (Vec::new(), RowBlock::new(), Vec::new()),
-        |(buffer, block, gathered): &mut (Vec<f64>, RowBlock, Vec<f64>), _, start| {
+        || (Vec::new(), RowBlock::new(), Vec::new(), Vec::new()),
+        |(buffer, block, gathered, rows): &mut (Vec<f64>, RowBlock, Vec<f64>, Vec<usize>),
+         _,
+         start| {
             let len = FROM_ROWS_CHUNK.min(n - start);
-            let row = |i: usize| chosen_row(i, stride);
+            rows.clear();
+            rows.extend((start..start + len).map(|i| chosen_row(i, stride)));
             let weights: Vec<Vec<f64>> = (0..k)
-                .map(|c| {
-                    (start..start + len)
-                        .map(|i| scale * posteriors[(row(i), c)])
-                        .collect()
-                })
+                .map(|c| rows.iter().map(|&r| scale * posteriors[(r, c)]).collect())
                 .collect();
             let weights: Vec<&[f64]> = weights.iter().map(Vec::as_slice).collect();
             let mut part = vec![SufficientStats::new(d, kind); k];
@@ -349,25 +348,8 @@ fn weighted_class_stats(
                     );
                 });
             } else {
-                // Whole blocks of rows, each of a column's a contiguous run when column-major.
-                gathered.clear();
-                for j in 0..d {
-                    let col = x.col(j);
-                    let mut i = start;
-                    while i < start + len {
-                        let run = (ORIENTATION_BLOCK - i % ORIENTATION_BLOCK).min(start + len - i);
-                        let first = row(i);
-                        match col.subrows(first, run).try_as_col_major() {
-                            Some(c) => gathered.extend_from_slice(c.as_slice()),
-                            None => gathered.extend((first..first + run).map(|r| col[r])),
-                        }
-                        i += run;
-                    }
-                }
-                let rows = MatRef::from_column_major_slice(&gathered[..], len, d);
-                SufficientStats::accumulate_rows_each(
-                    &mut part, rows, &weights, None, block, buffer,
-                );
+                let x = density::block::gather_rows(x, rows, gathered);
+                SufficientStats::accumulate_rows_each(&mut part, x, &weights, None, block, buffer);
             }
             part
         },
@@ -407,8 +389,9 @@ fn weighted_class_sums(
             lambda,
             faer::Par::Seq,
         );
+        let mut scratch = Vec::new();
         let weights: Vec<f64> = (0..k)
-            .map(|c| lambda * (0..len).map(|i| p[(i, c)]).sum::<f64>())
+            .map(|c| lambda * density::numerics::sum(density::block::column(p, c, &mut scratch)))
             .collect();
         (weights, sums)
     });
