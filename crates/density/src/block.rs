@@ -334,7 +334,7 @@ fn transpose_rows_v4(
 /// 64 single loads and stores.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn transpose8_v4(
+pub(crate) fn transpose8_v4(
     simd: pulp::x86::V4,
     r: [std::arch::x86_64::__m512d; 8],
 ) -> [std::arch::x86_64::__m512d; 8] {

@@ -99,49 +99,6 @@ fn column_moments<S: Simd>(simd: S, w: Option<&[f64]>, total: f64, col: &[f64]) 
     (m, weighted_sum_sq(simd, w, col, m))
 }
 
-/// Each run's mean and squared deviations of the column `col`, weight one per value: run c,
-/// rows `first..first + n` for its `(first, n)` in `runs`, into `means[c · d + j]` and
-/// `scatters[c · d + j]` (zeros for an empty run), the bits [`diagonal_moments`] gives for
-/// those rows.
-pub(crate) fn runs_moments(
-    col: &[f64],
-    runs: &[(usize, usize)],
-    means: &mut [f64],
-    scatters: &mut [f64],
-    j: usize,
-    d: usize,
-) {
-    struct Runs<'a> {
-        col: &'a [f64],
-        runs: &'a [(usize, usize)],
-        means: &'a mut [f64],
-        scatters: &'a mut [f64],
-        j: usize,
-        d: usize,
-    }
-    impl pulp::WithSimd for Runs<'_> {
-        type Output = ();
-        #[inline(always)]
-        fn with_simd<S: Simd>(self, simd: S) {
-            for (c, &(first, n)) in self.runs.iter().enumerate() {
-                let at = c * self.d + self.j;
-                (self.means[at], self.scatters[at]) = match n {
-                    0 => (0.0, 0.0),
-                    n => column_moments(simd, None, n as f64, &self.col[first..first + n]),
-                };
-            }
-        }
-    }
-    pulp::Arch::new().dispatch(Runs {
-        col,
-        runs,
-        means,
-        scatters,
-        j,
-        d,
-    });
-}
-
 /// [`diagonal_moments`] for several weight vectors over the same rows: class c's weighted mean
 /// of each column into `means[c·d..(c + 1)·d]` and its weighted squared deviations into
 /// `scatters[c·d..]`, with `weights[c]` summing to `totals[c] > 0`. The bits are those of
@@ -1119,6 +1076,146 @@ fn count_pass<S: Simd, const W: usize>(
     any_bit_set::<S>(bad)
 }
 
+/// Each group's means and squared deviations of every column, taken row by row: `means[g·d + j]`
+/// ← the sum of group g's values of column j, added one row after another in row order from
+/// zero, over `counts[g]` (0 for an empty group), and `squares[g·d + j]` ← the sum, in the same
+/// order, of (x_ij − mean)·(x_ij − mean) (no fused multiply-add). Rows whose group is `k` or more
+/// are skipped; `counts[g]` must be group g's number of rows. Non-finite values make their
+/// group's mean non-finite (or overflow it).
+///
+/// Why: a labeled diagonal fit of many classes split each chunk by class, a copy of every value
+/// by index, to take each class's moments from contiguous runs; by masks it costs K operations
+/// per value. Here eight rows of eight columns are transposed in registers (AVX-512) and each
+/// row's vector is added to its group's accumulator: a cost per value that does not grow with
+/// K. Each eight-column block takes its sums, then its squares, while it is in L2. Without
+/// AVX-512, or with columns that are not contiguous, the same sums one value at a time: the
+/// same bits.
+pub fn grouped_moments_by_rows(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+    squares: &mut [f64],
+) {
+    let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), counts.len());
+    debug_assert_eq!(means.len(), k * d);
+    debug_assert_eq!(squares.len(), k * d);
+    let groups = &groups[..n];
+    #[cfg(target_arch = "x86_64")]
+    if let Some(simd) = pulp::x86::V4::try_new()
+        && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
+    {
+        let mut acc = vec![0.0; k * 8];
+        for j0 in (0..d).step_by(8) {
+            let block = &columns[j0..(j0 + 8).min(d)];
+            let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
+            simd.vectorize(
+                #[inline(always)]
+                || by_rows_v4::<false>(simd, block, groups, &mut acc, &[], &[]),
+            );
+            let mut centre = vec![0.0; k * 8];
+            for (g, &count) in counts.iter().enumerate() {
+                for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
+                    let mean = if count == 0 { 0.0 } else { sum / count as f64 };
+                    (centre[g * 8 + c], means[g * d + j0 + c]) = (mean, mean);
+                }
+            }
+            simd.vectorize(
+                #[inline(always)]
+                || by_rows_v4::<true>(simd, block, groups, &mut acc, &centre, next),
+            );
+            for g in 0..k {
+                squares[g * d + j0..][..block.len()].copy_from_slice(&acc[g * 8..][..block.len()]);
+            }
+        }
+        return;
+    }
+    means.fill(0.0);
+    squares.fill(0.0);
+    for (i, &g) in groups.iter().enumerate() {
+        if g < k {
+            for j in 0..d {
+                means[g * d + j] += x[(i, j)];
+            }
+        }
+    }
+    for (g, &count) in counts.iter().enumerate() {
+        for m in &mut means[g * d..(g + 1) * d] {
+            *m = if count == 0 { 0.0 } else { *m / count as f64 };
+        }
+    }
+    for (i, &g) in groups.iter().enumerate() {
+        if g < k {
+            for j in 0..d {
+                let t = x[(i, j)] - means[g * d + j];
+                squares[g * d + j] += t * t;
+            }
+        }
+    }
+}
+
+/// One pass of [`grouped_moments_by_rows`] over up to eight `columns` (each at least as long
+/// as `groups`): group g's sums of each column (`SQUARE`: of its squared deviations from
+/// `centre[g · 8 + c]`) into `acc[g · 8 + c]`, overwritten.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn by_rows_v4<const SQUARE: bool>(
+    simd: pulp::x86::V4,
+    columns: &[&[f64]],
+    groups: &[usize],
+    acc: &mut [f64],
+    centre: &[f64],
+    next: &[&[f64]],
+) {
+    use std::arch::x86_64::__m512d;
+    let (n, k, width) = (groups.len(), acc.len() / 8, columns.len());
+    acc.fill(0.0);
+    let f = simd.avx512f;
+    let zero = f._mm512_setzero_pd();
+    let (accs, _) = pulp::x86::V4::as_mut_simd_f64s(acc);
+    let centres = pulp::x86::V4::as_simd_f64s(centre).0;
+    let whole = n / 8 * 8;
+    for i0 in (0..whole).step_by(8) {
+        for col in next {
+            crate::block::prefetch(col, i0);
+        }
+        let cols: [__m512d; 8] = std::array::from_fn(|c| match columns.get(c) {
+            Some(col) => {
+                let v: [f64; 8] = col[i0..i0 + 8].try_into().unwrap_or_default();
+                pulp::cast(v)
+            }
+            None => zero,
+        });
+        let rows = crate::block::transpose8_v4(simd, cols);
+        for (t, &row) in rows.iter().enumerate() {
+            let g = groups[i0 + t];
+            if g < k {
+                let term = if SQUARE {
+                    let dev = f._mm512_sub_pd(row, pulp::cast(centres[g]));
+                    f._mm512_mul_pd(dev, dev)
+                } else {
+                    row
+                };
+                let a: __m512d = pulp::cast(accs[g]);
+                accs[g] = pulp::cast(f._mm512_add_pd(a, term));
+            }
+        }
+    }
+    for (i, &g) in groups.iter().enumerate().skip(whole) {
+        if g < k {
+            for (c, col) in columns.iter().enumerate().take(width) {
+                let term = if SQUARE {
+                    let dev = col[i] - centre[g * 8 + c];
+                    dev * dev
+                } else {
+                    col[i]
+                };
+                acc[g * 8 + c] += term;
+            }
+        }
+    }
+}
+
 /// As [`grouped_sums`], of the squared deviations from each group's centre: adds to
 /// `sums[(g, j)]` the sum of (x_ij − `centers[(g, j)]`)² over the rows of group g, each square
 /// taken as (x − c) · (x − c) (no fused multiply-add): the diagonal scatter of a labeled fit.
@@ -1883,6 +1980,79 @@ mod tests {
                     &mut s2
                 ));
                 assert!(m2.iter().chain(&s2).all(|&v| v == 7.0));
+            }
+        }
+    }
+
+    #[test]
+    fn moments_by_rows_are_sums_in_row_order() {
+        // Rows 0..n in every remainder of eight, columns across several eight-column blocks
+        // with a partial last one, groups past k skipped, and an empty group.
+        for (n, d, k) in [
+            (0, 3, 2),
+            (7, 1, 5),
+            (8, 8, 3),
+            (29, 9, 6),
+            (300, 17, 10),
+            (1031, 2, 7),
+        ] {
+            let x = faer::Mat::from_fn(n, d, |i, j| {
+                ((i * 7919 + j * 31) % 1009) as f64 * 0.37 - 150.0 + (j * 1000) as f64
+            });
+            // Group k - 1 stays empty; every eleventh row is outside the groups.
+            let groups: Vec<usize> = (0..n)
+                .map(|i| {
+                    if i % 11 == 5 {
+                        k + i % 3
+                    } else {
+                        (i * 13 + i / 7) % (k - 1)
+                    }
+                })
+                .collect();
+            let counts = group_counts(&groups, k);
+            // The definition, one value at a time in row order.
+            let (mut sums, mut sq) = (vec![0.0f64; k * d], vec![0.0f64; k * d]);
+            for (i, &g) in groups.iter().enumerate() {
+                if g < k {
+                    for j in 0..d {
+                        sums[g * d + j] += x[(i, j)];
+                    }
+                }
+            }
+            let means: Vec<f64> = (0..k * d)
+                .map(|at| match counts[at / d] {
+                    0 => 0.0,
+                    c => sums[at] / c as f64,
+                })
+                .collect();
+            for (i, &g) in groups.iter().enumerate() {
+                if g < k {
+                    for j in 0..d {
+                        let t = x[(i, j)] - means[g * d + j];
+                        sq[g * d + j] += t * t;
+                    }
+                }
+            }
+            let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            // Contiguous columns (the AVX-512 kernel where there is one) and a row-major copy
+            // (one value at a time).
+            let rows = x.transpose().to_owned();
+            for view in [x.as_ref(), rows.transpose()] {
+                let (mut m, mut s) = (vec![f64::NAN; k * d], vec![f64::NAN; k * d]);
+                grouped_moments_by_rows(view, &groups, &counts, &mut m, &mut s);
+                assert_eq!(bits(&m), bits(&means), "means n {n} d {d} k {k}");
+                assert_eq!(bits(&s), bits(&sq), "squares n {n} d {d} k {k}");
+            }
+            // Against the two-pass moments of each group's rows gathered.
+            for g in 0..k {
+                let members: Vec<usize> = (0..n).filter(|&i| groups[i] == g).collect();
+                for j in 0..d {
+                    let vals: Vec<f64> = members.iter().map(|&i| x[(i, j)]).collect();
+                    let mean = vals.iter().sum::<f64>() / vals.len().max(1) as f64;
+                    let ss: f64 = vals.iter().map(|v| (v - mean) * (v - mean)).sum();
+                    assert!((means[g * d + j] - mean).abs() <= 1e-9 * (1.0 + mean.abs()));
+                    assert!((sq[g * d + j] - ss).abs() <= 1e-9 * (1.0 + ss));
+                }
             }
         }
     }

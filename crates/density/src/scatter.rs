@@ -132,57 +132,12 @@ impl ClassBlocks {
         self.split_body(x, labels, k, AfterColumn::Centre)
     }
 
-    /// Each class's diagonal moments, as [`ClassBlocks::split`] and then
-    /// [`crate::moments::diagonal_moments`] of each class's rows (`class_rows(c)`, weight one
-    /// each) give them, to the bit: class c's mean of column j into `means[c · d + j]` and its
-    /// squared deviations from it into `scatters[c · d + j]` (zeros for an empty class). The
-    /// blocks keep each class's length ([`ClassBlocks::class_len`]) but no rows
-    /// ([`ClassBlocks::class_rows`] is then empty). Returns whether every value of `x` is
-    /// finite.
-    ///
-    /// Why: a split chunk of 4096 rows at d = 64 is 2 MB, the size of the Xeon's L2, so each
-    /// class's moments read its rows back from L3 after the whole split; here each column is
-    /// split into one column's room and its moments taken while it is in L1.
-    pub fn split_diagonal_moments(
-        &mut self,
-        x: MatRef<'_, f64>,
-        labels: &[usize],
-        k: usize,
-        means: &mut [f64],
-        scatters: &mut [f64],
-    ) -> bool {
-        self.split_body(
-            x,
-            labels,
-            k,
-            AfterColumn::DiagonalMoments { means, scatters },
-        )
-    }
-
-    /// [`ClassBlocks::split_diagonal_moments`] from the rows of `x` listed class by class, as
-    /// [`ClassBlocks::split_by_order`] takes them.
-    pub fn split_by_order_diagonal_moments(
-        &mut self,
-        x: MatRef<'_, f64>,
-        order: &[u32],
-        ranges: &[(usize, usize)],
-        means: &mut [f64],
-        scatters: &mut [f64],
-    ) -> bool {
-        self.split_by_order_body(
-            x,
-            order,
-            ranges,
-            AfterColumn::DiagonalMoments { means, scatters },
-        )
-    }
-
     fn split_body(
         &mut self,
         x: MatRef<'_, f64>,
         labels: &[usize],
         k: usize,
-        mut after: AfterColumn<'_>,
+        after: AfterColumn,
     ) -> bool {
         let (n, d) = (x.nrows().min(labels.len()), x.ncols());
         let labels = &labels[..n];
@@ -222,7 +177,7 @@ impl ClassBlocks {
             // 0.0147, 0.0148, 0.0157 -> 0.0118, 0.0122, 0.0120 s; K = 4 0.0185, 0.0214,
             // 0.0232 -> 0.0140, 0.0156, 0.0162 s; d = 64, K = 2 0.0876, 0.0881, 0.0869 ->
             // 0.0819, 0.0790, 0.0815 s).
-            let together = k > 0 && !matches!(after, AfterColumn::DiagonalMoments { .. });
+            let together = k > 0;
             // Whether the group of four columns that `j` is in was split together.
             let mut split_together = false;
             for j in 0..d {
@@ -244,10 +199,10 @@ impl ClassBlocks {
                     after.finish_column(col, classes, ones, means, j, d);
                     continue;
                 }
-                // Diagonal moments, split column by column into one room: the chunk's first
-                // read is a touch of four columns, four streams in flight rather than one (LDA
-                // fit at d = 16, K = 2: 0.0143 -> 0.0136 s; d = 64 0.0884 -> 0.0841 s, when the
-                // blocks that keep their columns were split so too).
+                // Columns that are not contiguous, one at a time: the chunk's first read is a
+                // touch of four columns, four streams in flight rather than one (LDA fit at
+                // d = 16, K = 2: 0.0143 -> 0.0136 s; d = 64 0.0884 -> 0.0841 s, before the
+                // contiguous columns were split four together).
                 if j % TOUCHED_COLUMNS == 0 {
                     touch_columns(x, j, n);
                 }
@@ -264,7 +219,6 @@ impl ClassBlocks {
                 };
                 after.finish_column(col, classes, ones, means, j, d);
             }
-            after.release(self);
             return finite;
         }
         for j in 0..d {
@@ -272,7 +226,6 @@ impl ClassBlocks {
             finite &= split_column(|r| x[(r, j)], labels, &self.classes, &mut next, col);
             after.finish_column(col, &self.classes, ones, means, j, d);
         }
-        after.release(self);
         finite
     }
 
@@ -307,7 +260,7 @@ impl ClassBlocks {
         x: MatRef<'_, f64>,
         order: &[u32],
         ranges: &[(usize, usize)],
-        mut after: AfterColumn<'_>,
+        after: AfterColumn,
     ) -> bool {
         let d = x.ncols();
         self.lay_out(d, ranges.iter().map(|&(_, len)| len), &after);
@@ -384,20 +337,15 @@ impl ClassBlocks {
             };
             after.finish_column(col, &self.classes, ones, means, j, d);
         }
-        after.release(self);
         finite
     }
 
-    /// Places classes of `lens` rows for `d` columns (for one column's room, reused by every
-    /// column, when `after` keeps nothing), and zeros the padding columns; when `after` centres,
-    /// makes room for the classes' means.
-    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>, after: &AfterColumn<'_>) {
+    /// Places classes of `lens` rows for `d` columns, and zeros the padding columns; when
+    /// `after` centres, makes room for the classes' means.
+    fn lay_out(&mut self, d: usize, lens: impl Iterator<Item = usize>, after: &AfterColumn) {
         let centre = matches!(after, AfterColumn::Centre);
         self.d = d;
-        self.cols = match after {
-            AfterColumn::DiagonalMoments { .. } => 1,
-            _ => d.div_ceil(TILE_J) * TILE_J,
-        };
+        self.cols = d.div_ceil(TILE_J) * TILE_J;
         self.classes.clear();
         let (mut stride, mut rows) = (0, 0);
         for len in lens {
@@ -445,7 +393,7 @@ impl ClassBlocks {
     /// contiguous), for kernels other than the scatter's (an unknown class has no rows).
     pub fn class_rows(&mut self, c: usize) -> MatRef<'_, f64> {
         if self.cols == 0 {
-            // No columns, or a split that kept no rows ([`ClassBlocks::split_diagonal_moments`]).
+            // No columns.
             return MatRef::from_column_major_slice(&[], 0, self.d);
         }
         let (first, n) = self.classes.get(c).copied().unwrap_or((0, 0));
@@ -526,7 +474,7 @@ impl ClassBlocks {
         debug_assert_eq!(means.len(), self.classes.len() * d);
         debug_assert_eq!(scatter.len(), d * d);
         if self.cols == 0 {
-            // A split that kept no rows ([`ClassBlocks::split_diagonal_moments`]).
+            // No columns.
             means.fill(0.0);
             scatter.fill(0.0);
             return;
@@ -1383,32 +1331,22 @@ impl pulp::WithSimd for CentreClasses<'_> {
 }
 
 /// What a split of [`ClassBlocks`] does with each column once its classes are laid out.
-enum AfterColumn<'a> {
+enum AfterColumn {
     /// Keeps it, as read.
     Keep,
     /// Keeps it, each class centred at its mean ([`centre_classes`]).
     Centre,
-    /// Takes each class's mean and squared deviations of it into `means[c · d + j]` and
-    /// `scatters[c · d + j]`, and keeps nothing: every column is split into the same room.
-    DiagonalMoments {
-        means: &'a mut [f64],
-        scatters: &'a mut [f64],
-    },
 }
 
-impl AfterColumn<'_> {
+impl AfterColumn {
     /// Where column `j` is split to.
     fn column<'b>(&self, block: &'b mut [f64], j: usize, stride: usize) -> &'b mut [f64] {
-        let at = match self {
-            AfterColumn::DiagonalMoments { .. } => 0,
-            _ => j * stride,
-        };
-        &mut block[at..at + stride]
+        &mut block[j * stride..(j + 1) * stride]
     }
 
     /// Column `j` of `d`, just split into `col`.
     fn finish_column(
-        &mut self,
+        &self,
         col: &mut [f64],
         classes: &[(usize, usize)],
         ones: &[f64],
@@ -1419,17 +1357,6 @@ impl AfterColumn<'_> {
         match self {
             AfterColumn::Keep => {}
             AfterColumn::Centre => centre_classes(col, classes, ones, centre_means, j, d),
-            AfterColumn::DiagonalMoments { means, scatters } => {
-                crate::moments::runs_moments(col, classes, means, scatters, j, d)
-            }
-        }
-    }
-
-    /// After the last column: blocks that kept nothing hold no rows (their classes keep
-    /// their lengths).
-    fn release(&self, blocks: &mut ClassBlocks) {
-        if let AfterColumn::DiagonalMoments { .. } = self {
-            blocks.cols = 0;
         }
     }
 }
@@ -2971,56 +2898,6 @@ mod tests {
                             assert_same_bits(&got, &want, &what);
                             wants.push(want);
                         }
-                        // Each class's diagonal moments as each column is split: the bits of
-                        // `diagonal_moments` on the class's rows (zeros for the empty class).
-                        let (mut want_means, mut want_scatters) =
-                            (vec![0.0; k * d], vec![0.0; k * d]);
-                        for c in 0..k {
-                            let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == c).collect();
-                            if rows.is_empty() {
-                                continue;
-                            }
-                            let class = Mat::from_fn(rows.len(), d, |t, j| x[(rows[t], j)]);
-                            crate::moments::diagonal_moments(
-                                class.as_ref(),
-                                None,
-                                rows.len() as f64,
-                                &mut want_means[c * d..(c + 1) * d],
-                                &mut want_scatters[c * d..(c + 1) * d],
-                            );
-                        }
-                        let (mut means, mut scatters) =
-                            (vec![f64::NAN; k * d], vec![f64::NAN; k * d]);
-                        assert!(if by_order {
-                            blocks.split_by_order_diagonal_moments(
-                                view,
-                                &order,
-                                &ranges,
-                                &mut means,
-                                &mut scatters,
-                            )
-                        } else {
-                            blocks.split_diagonal_moments(
-                                view,
-                                &labels,
-                                k,
-                                &mut means,
-                                &mut scatters,
-                            )
-                        });
-                        let what = format!(
-                            "diagonal: d={d} n={n} k={k} by order {by_order} layout={which}"
-                        );
-                        assert_same_bits(&(means, scatters), &(want_means, want_scatters), &what);
-                        // The blocks kept each class's length but no rows.
-                        for c in 0..k {
-                            let len = labels.iter().filter(|&&l| l == c).count();
-                            assert_eq!(blocks.class_len(c), len, "{what}");
-                            assert_eq!(blocks.class_rows(c).nrows(), 0, "{what}");
-                            let mut got = (vec![f64::NAN; d], vec![f64::NAN; d * d]);
-                            blocks.mean_and_scatter(c, &mut got.0, &mut got.1, &mut scratch);
-                            assert!(got.0.iter().chain(&got.1).all(|&v| v == 0.0), "{what}");
-                        }
                         // Centred as it is split: the same bits, the empty class included.
                         assert!(if by_order {
                             blocks.split_by_order_centred(view, &order, &ranges)
@@ -3068,15 +2945,6 @@ mod tests {
                         );
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
-                        let (mut m, mut s) = (vec![0.0; 2 * d], vec![0.0; 2 * d]);
-                        assert!(
-                            !blocks.split_diagonal_moments(view, &labels, 2, &mut m, &mut s),
-                            "diagonal: d={d} n={n} row {row}: {v}"
-                        );
-                        let (m, s) = (&mut m[..d], &mut s[..d]);
-                        let by_order =
-                            blocks.split_by_order_diagonal_moments(view, &order, &[(0, n)], m, s);
-                        assert!(!by_order, "diagonal by order: d={d} n={n} row {row}: {v}");
                     }
                 }
             }

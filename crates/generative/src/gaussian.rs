@@ -207,7 +207,12 @@ impl LinearDiscriminant {
 }
 
 /// Up to this many classes, a labeled diagonal fit sums each class's values by mask in place;
-/// with more, it first splits each column by class. Measured again after the masked additions
+/// with more, it sums them by rows ([`diagonal_class_stats_by_rows`]), which is slower with few
+/// classes, whose rows follow each other's sums through memory (fifty-eighth round, Zen 4 EPYC,
+/// `profile gnb-fit D K`, medians of 11, masks → by rows: d = 16, K = 2 0.0052, 0.0053 →
+/// 0.0076, 0.0074 s; d = 2, K = 4 0.0014, 0.0012 → 0.0020, 0.0024 s; even or better from K = 4
+/// at d = 16 and 64: 0.0073, 0.0072 → 0.0059, 0.0059 s and 0.028, 0.026 → 0.033, 0.024 s).
+/// Before that, with more classes it split each column by class. Measured again after the masked additions
 /// and byte masks (forty-ninth round, `profile gnb-fit D K`): in place is faster up to 4 classes
 /// (d = 16, K = 3 0.0131 → 0.0087 s, K = 4 0.0144 → 0.0103 s; d = 64, K = 4 0.059 → 0.039 s;
 /// d = 2, K = 3 0.0019 → 0.0012 s) and slower from 5, where the AVX-512 sums take a second pass
@@ -384,6 +389,36 @@ fn diagonal_class_stats(
     for (c, class) in classes.iter_mut().enumerate() {
         let range = c * d..(c + 1) * d;
         class.set_diagonal_parts(counts[c] as f64, &means[range.clone()], &scatter[range]);
+    }
+    Ok(classes)
+}
+
+/// [`diagonal_class_stats`] by rows ([`density::moments::grouped_moments_by_rows`]), for many
+/// classes: each class's sums and squared deviations in row order, where the masks cost K
+/// operations per value. Measured against splitting each chunk by class (a copy of every value
+/// by index, then each class's moments from its run), `profile gnb-fit D 10`, medians of 11,
+/// alternated, on the Zen 4 EPYC: d = 16 0.0096, 0.0097 → 0.0065, 0.0057 s; d = 64 0.0365,
+/// 0.0363 → 0.0266, 0.0252 s; d = 2 0.0019, 0.0019 → 0.0020, 0.0019 s; d = 16, K = 5 0.0096,
+/// 0.0092 → 0.0059, 0.0057 s.
+fn diagonal_class_stats_by_rows(
+    chunk: &Chunk<'_>,
+    labels: &[usize],
+    k: usize,
+    spare: &mut Option<ChunkStats>,
+) -> Result<Vec<SufficientStats>> {
+    let d = chunk.x.ncols();
+    let counts = group_counts(labels, k);
+    let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
+    density::moments::grouped_moments_by_rows(chunk.x, labels, &counts, &mut means, &mut scatters);
+    // A non-finite value makes its class's mean non-finite (the check names it); finite values
+    // whose sum overflowed go on, as in `check_through_sums`.
+    if !means.iter().all(|m| m.is_finite()) {
+        check_chunk(chunk)?;
+    }
+    let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Diagonal);
+    for (c, class) in classes.iter_mut().enumerate() {
+        let range = c * d..(c + 1) * d;
+        class.set_diagonal_parts(counts[c] as f64, &means[range.clone()], &scatters[range]);
     }
     Ok(classes)
 }
@@ -686,7 +721,7 @@ impl Checked<GaussianParams> {
         // Diagonal statistics of labeled rows with few classes: each class's sums, then its
         // squared deviations, in two SIMD passes over each column (the second while it is
         // in L1), with no grouping and no copy; the sums also check the values. With more
-        // classes each pass costs K masked operations per value, and the class splits below
+        // classes each pass costs K masked operations per value, and the sums by rows below
         // win (see `IN_PLACE_MAX_CLASSES`).
         if let Some(labels) = chunk.labels
             && kind == ScatterKind::Diagonal
@@ -731,37 +766,14 @@ impl Checked<GaussianParams> {
         // to 4 classes are packed out of each column with AVX-512; more, or any without
         // AVX-512, are grouped first and copied by index. Diagonal statistics keep no
         // blocks: each class's moments of a column are taken as it is split.
+        // Diagonal statistics of labeled rows with more classes: each row's values added to
+        // its class's sums, then its squared deviations, eight rows by eight columns
+        // transposed in registers, at a cost per value that does not grow with K; the sums
+        // also check the values.
         if let Some(labels) = chunk.labels
             && kind != ScatterKind::Full
         {
-            // Each column is split into one column's room and its moments taken from L1.
-            let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
-            let finite = if split_packs(k) {
-                blocks.split_diagonal_moments(chunk.x, labels, k, &mut means, &mut scatters)
-            } else {
-                groups.regroup(labels, k);
-                let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                blocks.split_by_order_diagonal_moments(
-                    chunk.x,
-                    groups.order(),
-                    &ranges,
-                    &mut means,
-                    &mut scatters,
-                )
-            };
-            if !finite {
-                // The check names the first non-finite value.
-                check_chunk(&chunk)?;
-            }
-            let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Diagonal);
-            for (c, class) in classes.iter_mut().enumerate() {
-                class.set_diagonal_parts(
-                    blocks.class_len(c) as f64,
-                    &means[c * d..(c + 1) * d],
-                    &scatters[c * d..(c + 1) * d],
-                );
-            }
-            return Ok(wrap(classes));
+            return diagonal_class_stats_by_rows(&chunk, labels, k, spare).map(wrap);
         }
         // Full statistics: the classes' blocks kept whole, each class centred at its mean
         // as each column is split, while the column is in L1, so that the per-class scatters
