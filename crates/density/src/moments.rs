@@ -1159,7 +1159,7 @@ pub fn grouped_moments_by_rows(
 /// `centre[g · 8 + c]`) into `acc[g · 8 + c]`, overwritten.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn by_rows_v4<const SQUARE: bool>(
+pub(crate) fn by_rows_v4<const SQUARE: bool>(
     simd: pulp::x86::V4,
     columns: &[&[f64]],
     groups: &[usize],
