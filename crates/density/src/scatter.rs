@@ -627,16 +627,8 @@ impl RowBlock {
     ) -> bool {
         let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), sums.nrows());
         debug_assert_eq!(counts.len(), k);
-        let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
-        let cols = d.div_ceil(TILE_J) * TILE_J;
-        let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        self.zeroed.clear(y, d * stride..cols * stride);
-        (self.stride, self.n, self.d) = (stride, n, d);
         let groups = &groups[..n];
-        // Each column's centring reads every row's group: as bytes, an eighth of the reads
-        // of `usize` groups (a group past the means is `u8::MAX`, centred to zero as before).
-        narrow_groups(groups, k, &mut self.narrow_groups);
-        let narrow = &self.narrow_groups[..];
+        let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
         let mut means = vec![0.0; k];
         let mut centre = |j: usize, col: &[f64], sums: &[f64]| {
             for ((m, &s), &c) in means.iter_mut().zip(sums).zip(counts) {
@@ -665,6 +657,26 @@ impl RowBlock {
         )
     }
 
+    /// Lays out a block of `n` rows and `d` columns to be centred by group (its padding columns
+    /// zeroed) and narrows each row's group to a byte: each column's centring reads every row's
+    /// group, and bytes are an eighth of the reads of `usize` groups (a group past the `k`
+    /// means is `u8::MAX`, centred to zero). Returns the block, the bytes and the block's stride.
+    fn lay_out_by_group(
+        &mut self,
+        n: usize,
+        d: usize,
+        groups: &[usize],
+        k: usize,
+    ) -> (&mut [f64], &[u8], usize) {
+        let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+        let cols = d.div_ceil(TILE_J) * TILE_J;
+        (self.stride, self.n, self.d) = (stride, n, d);
+        narrow_groups(groups, k, &mut self.narrow_groups);
+        let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
+        self.zeroed.clear(y, d * stride..cols * stride);
+        (y, &self.narrow_groups, stride)
+    }
+
     /// As [`RowBlock::load_centred_by_group`], with the group sums taken by rows
     /// ([`crate::moments::grouped_moments_by_rows`]' sums: in row order, one addition after
     /// another), for many groups: writes group g's mean of column j to `means[g · d + j]` (0 for
@@ -691,14 +703,8 @@ impl RowBlock {
             && k <= PERMUTED_MAX_GROUPS
             && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
         {
-            let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
-            let cols = d.div_ceil(TILE_J) * TILE_J;
-            let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-            self.zeroed.clear(y, d * stride..cols * stride);
-            (self.stride, self.n, self.d) = (stride, n, d);
             let groups = &groups[..n];
-            narrow_groups(groups, k, &mut self.narrow_groups);
-            let narrow = &self.narrow_groups[..];
+            let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
             let (mut acc, mut column_means) = (vec![0.0; k * 8], vec![0.0; k]);
             for j0 in (0..d).step_by(8) {
                 let block = &columns[j0..(j0 + 8).min(d)];

@@ -385,12 +385,25 @@ fn diagonal_class_stats(
     );
     check_through_sums(chunk, sums.as_ref())?;
     divide_by_counts(sums, &counts);
+    Ok(diagonal_classes(spare, &counts, &means, &scatter))
+}
+
+/// Each class's diagonal statistics from its count, means and squared deviations (`k × d`, row
+/// by row), into `spare`'s vectors when they have the shape.
+fn diagonal_classes(
+    spare: &mut Option<ChunkStats>,
+    counts: &[usize],
+    means: &[f64],
+    scatters: &[f64],
+) -> Vec<SufficientStats> {
+    let k = counts.len();
+    let d = means.len().checked_div(k).unwrap_or(0);
     let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Diagonal);
     for (c, class) in classes.iter_mut().enumerate() {
         let range = c * d..(c + 1) * d;
-        class.set_diagonal_parts(counts[c] as f64, &means[range.clone()], &scatter[range]);
+        class.set_diagonal_parts(counts[c] as f64, &means[range.clone()], &scatters[range]);
     }
-    Ok(classes)
+    classes
 }
 
 /// [`diagonal_class_stats`] by rows ([`density::moments::grouped_moments_by_rows`]), for many
@@ -415,12 +428,7 @@ fn diagonal_class_stats_by_rows(
     if !means.iter().all(|m| m.is_finite()) {
         check_chunk(chunk)?;
     }
-    let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Diagonal);
-    for (c, class) in classes.iter_mut().enumerate() {
-        let range = c * d..(c + 1) * d;
-        class.set_diagonal_parts(counts[c] as f64, &means[range.clone()], &scatters[range]);
-    }
-    Ok(classes)
+    Ok(diagonal_classes(spare, &counts, &means, &scatters))
 }
 
 /// One chunk's statistics: each class's, or, for a shared covariance without shrinkage, each
