@@ -794,12 +794,6 @@ impl Checked<GaussianParams> {
                 }));
             }
         }
-        // Every other labeled chunk: split by class once, which also tells whether its
-        // values are finite, so it is read once, not a second time by the check (a check,
-        // then a copy in class order, read a chunk too large for L2 from memory twice). Up
-        // to 4 classes are packed out of each column with AVX-512; more, or any without
-        // AVX-512, are grouped first and copied by index. Diagonal statistics keep no
-        // blocks: each class's moments of a column are taken as it is split.
         // Diagonal statistics of labeled rows with more classes: each row's values added to
         // its class's sums, then its squared deviations, eight rows by eight columns
         // transposed in registers, at a cost per value that does not grow with K; the sums
@@ -809,10 +803,15 @@ impl Checked<GaussianParams> {
         {
             return diagonal_class_stats_by_rows(&chunk, labels, k, spare).map(wrap);
         }
-        // Full statistics: the classes' blocks kept whole, each class centred at its mean
-        // as each column is split, while the column is in L1, so that the per-class scatters
-        // (QDA) and the pooled one (LDA) run their tiles alone, without a pass of their own
-        // over the blocks (2 MB at d = 64) to take the means and centre them.
+        // Every other labeled chunk (full statistics): split by class once, which also tells
+        // whether its values are finite, so it is read once, not a second time by the check
+        // (a check, then a copy in class order, read a chunk too large for L2 from memory
+        // twice). Up to 4 classes are packed out of each column with AVX-512; more, or any
+        // without AVX-512, are grouped first and copied by index. The classes' blocks are
+        // kept whole, each class centred at its mean as each column is split, while the
+        // column is in L1, so that the per-class scatters (QDA) and the pooled one (LDA) run
+        // their tiles alone, without a pass of their own over the blocks (2 MB at d = 64) to
+        // take the means and centre them.
         if let Some(labels) = chunk.labels {
             let finite = if split_packs(k) {
                 blocks.split_centred(chunk.x, labels, k)
