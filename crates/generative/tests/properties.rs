@@ -506,6 +506,16 @@ fn fits_and_predictions_are_bit_identical_on_one_and_two_threads() {
                         .collect::<Vec<_>>()
                 ));
             }
+            // Six classes: the diagonal and tied fits take their class sums by rows.
+            let y6: Vec<usize> = (0..x.nrows()).map(|i| (i + i / 7) % 6).collect();
+            for s in structures() {
+                let m = GaussianParams::with_structure(s)
+                    .check()
+                    .unwrap()
+                    .fit(x.as_ref(), &y6, 6)
+                    .unwrap();
+                out.push(serde_json::to_string(&m).unwrap());
+            }
             let xb = Mat::from_fn(x.nrows(), 5, |i, j| x[(i, j)].abs().floor());
             let m = MultinomialNbParams::default()
                 .check()
@@ -1639,7 +1649,8 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
 }
 
 /// Labeled Gaussian fits with few classes (diagonal at K <= 2; full and tied with few features)
-/// check a chunk's values through its class sums, and scan it only when a sum is not finite.
+/// and those whose class sums are taken by rows (diagonal and tied at K = 6) check a chunk's
+/// values through its class sums, and scan it only when a sum is not finite.
 /// They must still name the first bad value (row-major) of the whole input, wherever it lies,
 /// whatever its kind, in either layout and on any thread count; and finite values whose sums
 /// overflow must not be reported as non-finite.
@@ -1647,27 +1658,36 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
 fn labeled_gaussian_fits_checked_by_their_sums_name_every_bad_value() {
     use CovarianceStructure::*;
     let n = 2 * 4096 + 100;
-    for (s, d) in [(Diagonal, 5), (Spherical, 9), (Full, 4), (Tied, 4)] {
-        let (x, y) = gaussian_data(n, d, 2, 23);
+    for (s, d, k) in [
+        (Diagonal, 5, 2),
+        (Spherical, 9, 2),
+        (Full, 4, 2),
+        (Tied, 4, 2),
+        (Diagonal, 5, 6),
+        (Spherical, 9, 6),
+        (Tied, 4, 6),
+    ] {
+        // Row i is in class i mod k.
+        let (x, y) = gaussian_data(n, d, k, 23);
         let spec = GaussianParams::with_structure(s).check().unwrap();
         for (p, &(row, col)) in chunk_edges(n, d).iter().enumerate() {
             let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][p % 3];
             let mut xn = with_bad_value(&x, (row, col), bad, f64::NAN);
             // A second bad value of the opposite sign in the same class, column and chunk,
             // after the first: their class sum is NaN, and the first must be named.
-            if row + 2 < n && (row + 2) / 4096 == row / 4096 {
-                xn[(row + 2, col)] = -bad;
+            if row + k < n && (row + k) / 4096 == row / 4096 {
+                xn[(row + k, col)] = -bad;
             }
             for threads in [1, 2] {
                 for view in [xn.as_ref(), xn.transpose().to_owned().transpose()] {
-                    let got = on_threads(threads, || spec.fit(view, &y, 2));
+                    let got = on_threads(threads, || spec.fit(view, &y, k));
                     assert!(
                         matches!(
                             got,
                             Err(GenerativeError::NonFiniteInput { row: r, col: c, .. })
                                 if (r, c) == (row, col)
                         ),
-                        "{s:?} at ({row}, {col}) = {bad}, {threads} threads: {got:?}"
+                        "{s:?}, K = {k} at ({row}, {col}) = {bad}, {threads} threads: {got:?}"
                     );
                 }
             }
@@ -1675,12 +1695,12 @@ fn labeled_gaussian_fits_checked_by_their_sums_name_every_bad_value() {
         // Finite values whose class sums overflow to infinity: no value is named.
         let mut huge = x.clone();
         for i in 0..8 {
-            huge[(4096 + 2 * i, d - 1)] = 1e308;
+            huge[(4096 + k * i, d - 1)] = 1e308;
         }
-        let got = spec.fit(huge.as_ref(), &y, 2);
+        let got = spec.fit(huge.as_ref(), &y, k);
         assert!(
             !matches!(got, Err(GenerativeError::NonFiniteInput { .. })),
-            "{s:?}: {got:?}"
+            "{s:?}, K = {k}: {got:?}"
         );
     }
 }
