@@ -423,11 +423,8 @@ fn diagonal_class_stats_by_rows(
     let counts = group_counts(labels, k);
     let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
     density::moments::grouped_moments_by_rows(chunk.x, labels, &counts, &mut means, &mut scatters);
-    // A non-finite value makes its class's mean non-finite (the check names it); finite values
-    // whose sum overflowed go on, as in `check_through_sums`.
-    if !means.iter().all(|m| m.is_finite()) {
-        check_chunk(chunk)?;
-    }
+    // A non-finite value makes its class's mean non-finite (the check names it).
+    check_through_sums(chunk, MatRef::from_row_major_slice(&means, k, d))?;
     Ok(diagonal_classes(spare, &counts, &means, &scatters))
 }
 
@@ -745,46 +742,33 @@ impl Checked<GaussianParams> {
         {
             return full_class_stats(&chunk, labels, k, pooled, spare);
         }
-        // The pooled scatter of labeled rows with few classes: each column's class sums
-        // as it is read, which also check its values, then the column less its rows'
-        // class means into one block while it is in cache, and one scatter of the block.
-        if let Some(labels) = chunk.labels
-            && pooled
-            && kind == ScatterKind::Full
-            && centring_by_group_pays(k)
-        {
-            let counts = group_counts(labels, k);
-            // The class sums row by row, so that their means are `PooledStats::means`.
-            let mut means = vec![0.0; k * d];
-            let mut sums = MatMut::from_row_major_slice_mut(&mut means, k, d);
-            row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
-            check_through_sums(&chunk, sums.as_ref())?;
-            divide_by_counts(sums, &counts);
-            let mut within = vec![0.0; d * d];
-            row_block.centred_scatter(&mut within, buffer);
-            return Ok(ChunkStats::Pooled(PooledStats {
-                weights: counts.iter().map(|&c| c as f64).collect(),
-                means,
-                within,
-            }));
-        }
-        // The pooled scatter of labeled rows with more classes: the class sums by rows, then
-        // the columns less their rows' class means into one block, and one scatter of it
-        // (`profile lda-fit`, `PROFILE_COLD=cs`, medians of 11, two alternated pairs, against
-        // the split below, on the Zen 4 EPYC: d = 16, K = 10 0.0175, 0.0151 → 0.0150, 0.0116 s;
-        // K = 8 0.0167, 0.0236 → 0.0091, 0.0108 s; d = 64, K = 10 0.0908, 0.0916 → 0.0756,
-        // 0.0715 s; d = 2, K = 10 0.0024, 0.0023 → 0.0018, 0.0022 s).
+        // The pooled scatter of labeled rows: the class sums, which also check the values,
+        // then the columns less their rows' class means into one block while they are in
+        // cache, and one scatter of the block. With few classes each column's sums are taken
+        // by mask as it is read; with more, eight columns' by rows (`profile lda-fit`,
+        // `PROFILE_COLD=cs`, medians of 11, two alternated pairs, against the split below, on
+        // the Zen 4 EPYC: d = 16, K = 10 0.0175, 0.0151 → 0.0150, 0.0116 s; K = 8 0.0167,
+        // 0.0236 → 0.0091, 0.0108 s; d = 64, K = 10 0.0908, 0.0916 → 0.0756, 0.0715 s; d = 2,
+        // K = 10 0.0024, 0.0023 → 0.0018, 0.0022 s). Without AVX-512, or past 16 classes, the
+        // split below.
         if let Some(labels) = chunk.labels
             && pooled
             && kind == ScatterKind::Full
         {
             let counts = group_counts(labels, k);
+            // The class means row by row, as `PooledStats::means` keeps them.
             let mut means = vec![0.0; k * d];
-            if row_block.load_centred_by_rows(chunk.x, labels, &counts, &mut means) {
-                // A non-finite value makes its class's mean non-finite (the check names it).
-                if !means.iter().all(|m| m.is_finite()) {
-                    check_chunk(&chunk)?;
-                }
+            let laid = if centring_by_group_pays(k) {
+                let mut sums = MatMut::from_row_major_slice_mut(&mut means, k, d);
+                row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
+                divide_by_counts(sums, &counts);
+                true
+            } else {
+                row_block.load_centred_by_rows(chunk.x, labels, &counts, &mut means)
+            };
+            if laid {
+                // A non-finite sum makes its mean non-finite, and a finite one a finite mean.
+                check_through_sums(&chunk, MatRef::from_row_major_slice(&means, k, d))?;
                 let mut within = vec![0.0; d * d];
                 row_block.centred_scatter(&mut within, buffer);
                 return Ok(ChunkStats::Pooled(PooledStats {
