@@ -492,6 +492,52 @@ fn bad_input_negative_counts_for_multinomial() {
 }
 
 #[test]
+fn bad_input_values_whose_statistics_overflow() {
+    // Finite values whose squares overflow f64: the message names the feature and the class
+    // (and the fix), for the models with a class covariance, a pooled one and a diagonal one.
+    let csv =
+        "a,b,y\n1,2,p\n2,1e200,p\n3,-1e200,p\n1.5,2.5,p\n7,8,q\n8,7,q\n9,9,q\n7.5,8.5,q\n4,4,\n";
+    for (model, message) in [
+        (
+            "qda",
+            "the variance of feature 'b' in class 'p' overflows f64",
+        ),
+        (
+            "gaussian-nb",
+            "the variance of feature 'b' in class 'p' overflows f64",
+        ),
+        ("lda", "the pooled variance of feature 'b' overflows f64"),
+    ] {
+        assert_fit_fails(csv, &["--model", model], 1, message);
+        assert_fit_fails(csv, &["--model", model], 1, "rescale the feature");
+    }
+    assert_fit_fails(
+        "a,b,y\n1,2,p\n3,1.5e308,q\n4,1.5e308,q\n",
+        &["--model", "multinomial-nb"],
+        1,
+        "the count of feature 'b' in class 'q' overflows f64",
+    );
+}
+
+#[test]
+fn bad_input_categories_beyond_the_limit() {
+    for (value, shown) in [
+        ("1e12", "1000000000000"),
+        ("1e300", "1e300"),
+        ("1048576", "1048576"),
+    ] {
+        assert_fit_fails(
+            &format!("a,b,y\n1,2,p\n3,{value},q\n"),
+            &["--model", "categorical-nb"],
+            1,
+            &format!(
+                "d.csv:3: column 'b' has the value {shown}: categories must be integers from 0 to 2^20 - 1"
+            ),
+        );
+    }
+}
+
+#[test]
 fn bad_usage_exits_with_2() {
     assert_fit_fails(
         GOOD,

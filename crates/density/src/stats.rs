@@ -373,6 +373,32 @@ impl SufficientStats {
         }
     }
 
+    /// The first feature (in order) whose mean, variance or covariance with another feature is
+    /// not finite, as (`"mean"`, `"variance"` or `"covariance"`, feature). Only statistics of
+    /// finite values that overflowed f64 give one: squares of values beyond about 1.3e154, or
+    /// sums of values near `f64::MAX`. Why: a fit would otherwise report the infinite scatter as
+    /// a singular covariance, or build a model with infinite parameters, and name neither the
+    /// feature nor the cause.
+    pub fn first_overflow(&self) -> Option<(&'static str, usize)> {
+        let d = self.n_features();
+        let bad = |v: &f64| !v.is_finite();
+        (0..d).find_map(|j| {
+            let (column, diagonal) = match self.kind {
+                ScatterKind::Full => (&self.scatter[j * d..(j + 1) * d], j),
+                ScatterKind::Diagonal => (&self.scatter[j..=j], 0),
+            };
+            if bad(&self.mean[j]) {
+                Some(("mean", j))
+            } else if bad(&column[diagonal]) {
+                Some(("variance", j))
+            } else if column.iter().any(bad) {
+                Some(("covariance", j))
+            } else {
+                None
+            }
+        })
+    }
+
     /// Maximum-likelihood covariance `scatter / weight` as a d × d matrix (a diagonal one for
     /// `Diagonal`).
     pub fn covariance(&self) -> Result<Mat<f64>> {
@@ -509,6 +535,37 @@ mod tests {
         a.iter()
             .zip(b)
             .all(|(x, y)| (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())))
+    }
+
+    #[test]
+    fn overflowed_statistics_name_their_first_feature() {
+        // Finite rows whose squared deviations overflow f64 in column 1 (from column 2 on
+        // nothing is checked once column 1 is named).
+        let rows = [
+            vec![1.0, 2.0, 1e300],
+            vec![2.0, 1e200, -1e300],
+            vec![4.0, -1e200, 1.0],
+        ];
+        let w = [1.0; 3];
+        for kind in [ScatterKind::Full, ScatterKind::Diagonal] {
+            let all = SufficientStats::from_rows(to_mat(&rows).as_ref(), &w, kind).unwrap();
+            assert_eq!(all.first_overflow(), Some(("variance", 1)), "{kind:?}");
+            let fine: Vec<Vec<f64>> = rows.iter().map(|r| vec![r[0], r[0] * 1e150]).collect();
+            let fine = SufficientStats::from_rows(to_mat(&fine).as_ref(), &w, kind).unwrap();
+            assert_eq!(fine.first_overflow(), None, "{kind:?}");
+        }
+        // A mean that overflowed (sums of values near f64::MAX) is named before a variance.
+        let mut diagonal = SufficientStats::new(3, ScatterKind::Diagonal);
+        diagonal.set_diagonal_parts(2.0, &[0.0, 1.0, f64::INFINITY], &[1.0, f64::INFINITY, 1.0]);
+        assert_eq!(diagonal.first_overflow(), Some(("variance", 1)));
+        diagonal.set_diagonal_parts(2.0, &[0.0, f64::INFINITY, 1.0], &[1.0, f64::INFINITY, 1.0]);
+        assert_eq!(diagonal.first_overflow(), Some(("mean", 1)));
+        // A covariance can overflow where both variances stay finite.
+        let mut full = SufficientStats::new(2, ScatterKind::Full);
+        full.set_full_packed(2.0, &[0.0, 0.0], &[1.0, f64::INFINITY, 1.0]);
+        assert_eq!(full.first_overflow(), Some(("covariance", 0)));
+        full.set_full_packed(2.0, &[0.0, 0.0], &[1.0, 0.5, 1.0]);
+        assert_eq!(full.first_overflow(), None);
     }
 
     #[test]

@@ -65,12 +65,28 @@ pub enum GenerativeError {
     /// A feature has zero variance in a class and no smoothing is set.
     #[error("feature {feature} has zero variance in class {class}; increase `var_smoothing`")]
     ZeroVariance { class: usize, feature: usize },
+    /// A statistic of finite feature values that overflows f64: squares of values beyond
+    /// about 1.3e154, or sums of values near `f64::MAX`. `class` is `None` for a statistic
+    /// pooled over the classes, `feature` `None` for one over all features.
+    #[error("the {statistic}{} overflows f64: its values are too large to square or sum; rescale the features", overflow_place(*.class, *.feature))]
+    StatisticOverflow {
+        statistic: &'static str,
+        class: Option<usize>,
+        feature: Option<usize>,
+    },
     /// A lower-level density error.
     #[error(transparent)]
     Density(#[from] density::DensityError),
     /// A broken invariant inside the library (a bug, not bad input).
     #[error("internal error: {what}")]
     Internal { what: &'static str },
+}
+
+/// " of feature j in class c", as much of it as is known.
+fn overflow_place(class: Option<usize>, feature: Option<usize>) -> String {
+    let feature = feature.map_or(String::new(), |j| format!(" of feature {j}"));
+    let class = class.map_or(String::new(), |c| format!(" in class {c}"));
+    feature + &class
 }
 
 impl GenerativeError {

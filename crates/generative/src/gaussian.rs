@@ -704,6 +704,46 @@ impl SplitFit<GaussianClassifier> for Checked<GaussianParams> {
     }
 }
 
+/// The first class statistic (per-class `stats`, or the `pooled` ones) of finite values that
+/// overflowed f64, as the error that names it: left alone, an infinite scatter is reported as a
+/// singular covariance and an infinite mean as a model with a non-finite parameter, neither of
+/// which says which feature is at fault or why.
+fn first_overflow(
+    stats: &[SufficientStats],
+    pooled: Option<&PooledStats>,
+    d: usize,
+) -> Option<GenerativeError> {
+    let overflow = |statistic, class, feature| GenerativeError::StatisticOverflow {
+        statistic,
+        class,
+        feature: Some(feature),
+    };
+    match pooled {
+        None => stats.iter().enumerate().find_map(|(c, s)| {
+            s.first_overflow()
+                .map(|(statistic, j)| overflow(statistic, Some(c), j))
+        }),
+        Some(pooled) => {
+            let mean = pooled.means.iter().position(|v| !v.is_finite());
+            let within = (0..d).find_map(|j| {
+                let column = &pooled.within[j * d..(j + 1) * d];
+                if !column[j].is_finite() {
+                    Some(("pooled variance", j))
+                } else if column.iter().any(|v| !v.is_finite()) {
+                    Some(("pooled covariance", j))
+                } else {
+                    None
+                }
+            });
+            match (mean, within) {
+                (Some(at), _) => Some(overflow("mean", Some(at / d), at % d)),
+                (None, Some((statistic, j))) => Some(overflow(statistic, None, j)),
+                (None, None) => None,
+            }
+        }
+    }
+}
+
 impl Checked<GaussianParams> {
     /// One chunk's statistics (pass 1 of the fit).
     fn chunk_stats(
@@ -910,6 +950,9 @@ impl Checked<GaussianParams> {
         };
         if let Some(c) = class_weights.iter().position(|w| *w <= 0.0) {
             return Err(GenerativeError::EmptyClass { class: c });
+        }
+        if let Some(overflow) = first_overflow(&stats, shared.as_ref(), d) {
+            return Err(overflow);
         }
         let total: f64 = class_weights.iter().sum();
         let log_priors = self.priors.log_priors(&class_weights)?;

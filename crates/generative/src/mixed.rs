@@ -39,15 +39,18 @@ impl FeatureKind {
             FeatureKind::Bernoulli => "0 or 1",
             FeatureKind::Poisson => "a non-negative integer count",
             FeatureKind::Exponential => "a value >= 0",
-            FeatureKind::Categorical => "an integer category >= 0",
+            FeatureKind::Categorical => "an integer category from 0 to 2^20 - 1",
         }
     }
     fn in_support(self, v: f64) -> bool {
         match self {
             FeatureKind::Gaussian => v.is_finite(),
             FeatureKind::Bernoulli => v == 0.0 || v == 1.0,
-            FeatureKind::Poisson | FeatureKind::Categorical => {
-                v >= 0.0 && v.fract() == 0.0 && v.is_finite()
+            FeatureKind::Poisson => v >= 0.0 && v.fract() == 0.0 && v.is_finite(),
+            // Below the limit of categorical naive Bayes, for the same reason: the counts are
+            // a table as long as the largest category.
+            FeatureKind::Categorical => {
+                v >= 0.0 && v.fract() == 0.0 && v < crate::naive_bayes::MAX_CATEGORIES as f64
             }
             FeatureKind::Exponential => v >= 0.0 && v.is_finite(),
         }
@@ -199,11 +202,14 @@ impl WeightedFit for Checked<MixedNbParams> {
         let maxima = map_chunks(sets, |chunk| {
             check_chunk(&chunk)?;
             check_support(kinds, chunk.x, chunk.first_row)?;
+            // The largest category of each categorical feature (checked below 2^20 above);
+            // the other families keep one sum.
             Ok((0..d)
-                .map(|j| {
-                    (0..chunk.x.nrows())
+                .map(|j| match kinds[j] {
+                    FeatureKind::Categorical => (0..chunk.x.nrows())
                         .map(|i| chunk.x[(i, j)])
-                        .fold(0.0, f64::max)
+                        .fold(0.0, f64::max),
+                    _ => 0.0,
                 })
                 .collect::<Vec<f64>>())
         })?;
@@ -237,6 +243,23 @@ impl WeightedFit for Checked<MixedNbParams> {
         }
         if let Some(c) = class_weights.iter().position(|w| *w <= 0.0) {
             return Err(GenerativeError::EmptyClass { class: c });
+        }
+        // Sums or squares of finite values that overflowed f64, named by class and feature
+        // (an infinite variance would otherwise raise the floor below to infinity for every
+        // cell, and an infinite sum fail its family's range check without either name).
+        let overflow = cells.iter().enumerate().find_map(|(idx, cell)| {
+            let found = match cell {
+                CellStats::Moments(s) => s.first_overflow().map(|(statistic, _)| statistic),
+                CellStats::Sums(s) => s.sums().iter().any(|v| !v.is_finite()).then_some("sum"),
+            };
+            found.map(|statistic| GenerativeError::StatisticOverflow {
+                statistic,
+                class: Some(idx / d),
+                feature: Some(idx % d),
+            })
+        });
+        if let Some(overflow) = overflow {
+            return Err(overflow);
         }
         // Variance floor from the largest per-class Gaussian variance, as GaussianNB does over X.
         let max_var = cells

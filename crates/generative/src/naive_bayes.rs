@@ -720,7 +720,23 @@ impl CountFit for Checked<MultinomialNbParams> {
         let a = self.alpha;
         let mut log_theta = Vec::with_capacity(k * d);
         for c in 0..k {
+            // Counts near f64::MAX sum to infinity: named here rather than left to become
+            // infinite log probabilities.
+            if let Some(j) = (0..d).find(|&j| !st.counts[(c, j)].is_finite()) {
+                return Err(GenerativeError::StatisticOverflow {
+                    statistic: "count",
+                    class: Some(c),
+                    feature: Some(j),
+                });
+            }
             let total: f64 = (0..d).map(|j| st.counts[(c, j)] + a).sum();
+            if !total.is_finite() {
+                return Err(GenerativeError::StatisticOverflow {
+                    statistic: "total count",
+                    class: Some(c),
+                    feature: None,
+                });
+            }
             if total <= 0.0 {
                 return Err(GenerativeError::EmptyClass { class: c });
             }
@@ -836,9 +852,28 @@ impl Default for CategoricalNbParams {
     }
 }
 
+/// Categories per feature that categorical naive Bayes (and mixed naive Bayes' categorical
+/// features) accept: indices 0 to 2^20 − 1. Why: each feature's counts are a table of K rows
+/// as long as its largest index seen, so a stray 1e12 in a column (an identifier, a misread
+/// number) asked for terabytes and aborted the process, and 1e300 (cast to the largest
+/// `usize`) overflowed the count of categories.
+pub const MAX_CATEGORIES: usize = 1 << 20;
+
 impl HyperParams for CategoricalNbParams {
     fn check_params(&self) -> Result<()> {
         check_alpha(self.alpha)?;
+        if let Some(&m) = self
+            .min_categories
+            .iter()
+            .flatten()
+            .find(|&&m| m > MAX_CATEGORIES)
+        {
+            return Err(GenerativeError::InvalidParameter {
+                name: "min_categories",
+                rule: "at most 2^20 = 1048576 for every feature",
+                value: m.to_string(),
+            });
+        }
         self.priors.check()
     }
 }
@@ -854,7 +889,7 @@ fn check_categories(
     // a cache line per value of column-major rows).
     let mut scratch = Vec::new();
     let any_bad = (0..x.ncols()).any(|j| {
-        let limit = n_categories.map_or(f64::INFINITY, |m| m[j] as f64);
+        let limit = n_categories.map_or(MAX_CATEGORIES as f64, |m| m[j] as f64);
         let col = column(x, j, &mut scratch);
         pulp::Arch::new().dispatch(
             #[inline(always)]
@@ -877,6 +912,14 @@ fn check_categories(
                     col: j,
                     value: v,
                     rule: "categories must be integers >= 0",
+                });
+            }
+            if n_categories.is_none() && v >= MAX_CATEGORIES as f64 {
+                return Err(GenerativeError::InvalidInput {
+                    row: first_row + i,
+                    col: j,
+                    value: v,
+                    rule: "categories must be below 2^20 = 1048576",
                 });
             }
             if let Some(m) = n_categories

@@ -2011,3 +2011,141 @@ fn categorical_nb_by_columns_is_the_closed_form_and_names_the_first_bad_cell() {
     assert_eq!((row, col), (8_000, 5));
     assert!(rule.contains("integers"), "{rule}");
 }
+
+/// Finite values whose squares or sums overflow f64 are named, by statistic, class and feature,
+/// for every covariance structure, labeled (masks at K = 2, by rows at K = 6, in one chunk and
+/// over many) and weighted, and for multinomial and mixed naive Bayes, rather than reported as
+/// a singular covariance or a model with a non-finite parameter.
+#[test]
+fn overflowing_statistics_name_their_feature_and_class() {
+    for (n, k) in [(60, 2usize), (60, 6), (20_000, 2), (20_000, 6)] {
+        let (mut x, y) = gaussian_data(n, 3, k, 7);
+        // Feature 1 of class 1 spread over ±1e200: its squared deviations overflow.
+        for i in (0..n).filter(|&i| y[i] == 1) {
+            x[(i, 1)] = if i % 4 == 1 { 1e200 } else { -1e200 };
+        }
+        let resp = model::one_hot(&y, k).unwrap();
+        for structure in structures() {
+            let spec = GaussianParams::with_structure(structure).check().unwrap();
+            // LDA keeps only the pooled scatter; the others each class's.
+            let pooled = structure == CovarianceStructure::Tied;
+            let want = GenerativeError::StatisticOverflow {
+                statistic: if pooled {
+                    "pooled variance"
+                } else {
+                    "variance"
+                },
+                class: if pooled { None } else { Some(1) },
+                feature: Some(1),
+            };
+            let at = format!("{structure:?} n={n} K={k}");
+            assert_eq!(
+                spec.fit(x.as_ref(), &y, k),
+                Err(want.clone()),
+                "{at} labeled"
+            );
+            assert_eq!(
+                spec.fit_weighted(x.as_ref(), resp.as_ref()),
+                Err(want.clone()),
+                "{at} weighted"
+            );
+            let message = want.to_string();
+            assert!(
+                message.contains("feature 1") && message.contains("overflows"),
+                "{message}"
+            );
+        }
+    }
+    // Counts near f64::MAX: feature 0 of class 1 alone, then the class total.
+    let mut counts = Mat::from_fn(8, 3, |i, j| ((i + j) % 4) as f64);
+    counts[(1, 0)] = 1.5e308;
+    counts[(3, 0)] = 1.5e308;
+    let y = [0, 1, 0, 1, 0, 1, 0, 1];
+    let mnb = MultinomialNbParams::default().check().unwrap();
+    assert_eq!(
+        mnb.fit(counts.as_ref(), &y, 2),
+        Err(GenerativeError::StatisticOverflow {
+            statistic: "count",
+            class: Some(1),
+            feature: Some(0),
+        })
+    );
+    counts[(3, 0)] = 1.0;
+    counts[(1, 2)] = 1.5e308;
+    assert_eq!(
+        mnb.fit(counts.as_ref(), &y, 2),
+        Err(GenerativeError::StatisticOverflow {
+            statistic: "total count",
+            class: Some(1),
+            feature: None,
+        })
+    );
+    // Mixed naive Bayes: a Gaussian feature spread over ±1e200 in class 0.
+    let (mut x, y) = gaussian_data(40, 2, 2, 3);
+    for i in (0..40).filter(|&i| y[i] == 0) {
+        x[(i, 1)] = if i % 4 == 0 { 1e200 } else { -1e200 };
+    }
+    assert_eq!(
+        MixedNbParams::new(vec![FeatureKind::Gaussian; 2])
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, 2),
+        Err(GenerativeError::StatisticOverflow {
+            statistic: "variance",
+            class: Some(0),
+            feature: Some(1),
+        })
+    );
+}
+
+/// A category index at or beyond 2^20 is an error naming its row and column (its count table
+/// would be as long as the index: 1e12 aborted the process asking for 16 TB, and 1e300
+/// overflowed the number of categories), in categorical and in mixed naive Bayes, and so is a
+/// `min_categories` beyond it; 2^20 − 1 itself fits.
+#[test]
+fn categories_beyond_the_limit_are_named_errors() {
+    let limit = naive_bayes::MAX_CATEGORIES as f64;
+    let y = [0, 1, 0, 1];
+    let cnb = CategoricalNbParams::default().check().unwrap();
+    let mixed = MixedNbParams::new(vec![FeatureKind::Gaussian, FeatureKind::Categorical])
+        .check()
+        .unwrap();
+    for big in [limit, 1e12, 1e300] {
+        let x = Mat::from_fn(4, 2, |i, j| {
+            if (i, j) == (2, 1) {
+                big
+            } else {
+                (i % 2) as f64
+            }
+        });
+        for e in [
+            cnb.fit(x.as_ref(), &y, 2).unwrap_err(),
+            mixed.fit(x.as_ref(), &y, 2).unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, GenerativeError::InvalidInput { row: 2, col: 1, value, rule }
+                    if value == big && rule.contains("2^20")),
+                "{big}: {e}"
+            );
+        }
+    }
+    let x = Mat::from_fn(
+        4,
+        2,
+        |i, j| if (i, j) == (2, 1) { limit - 1.0 } else { 0.0 },
+    );
+    let fitted = cnb.fit(x.as_ref(), &y, 2).unwrap();
+    assert_eq!(fitted.n_categories(), &[1, naive_bayes::MAX_CATEGORIES]);
+    mixed.fit(x.as_ref(), &y, 2).unwrap();
+    let too_many = CategoricalNbParams {
+        min_categories: Some(vec![2, naive_bayes::MAX_CATEGORIES + 1]),
+        ..Default::default()
+    };
+    assert!(matches!(
+        too_many.check(),
+        Err(GenerativeError::InvalidParameter {
+            name: "min_categories",
+            ..
+        })
+    ));
+}

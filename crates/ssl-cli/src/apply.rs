@@ -42,10 +42,11 @@ fn proba(model: &ModelFile, data: &Dataset, rows: &crate::data::Rows) -> Result<
                 value,
                 rule,
             } => CliError::Data(format!(
-                "{}:{}: column '{}' has the value {value}: {rule}",
+                "{}:{}: column '{}' has the value {}: {rule}",
                 data.source,
                 rows.lines()[row],
-                model.features[col]
+                model.features[col],
+                crate::error::shown(value)
             )),
             other => CliError::Data(format!("{}: {other}", data.source)),
         })

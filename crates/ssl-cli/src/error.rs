@@ -40,3 +40,31 @@ impl CliError {
 
 /// Result alias for the CLI.
 pub type Result<T> = std::result::Result<T, CliError>;
+
+/// A data value as a message shows it: as written for ordinary magnitudes, in exponent form
+/// from 1e15 up and below 1e-4 (1e300 written out has 301 digits).
+pub fn shown(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn values_are_shown_short() {
+        assert_eq!(shown(-6.0), "-6");
+        assert_eq!(shown(-0.5), "-0.5");
+        assert_eq!(shown(123456.25), "123456.25");
+        assert_eq!(shown(1e12), "1000000000000");
+        assert_eq!(shown(1e300), "1e300");
+        assert_eq!(shown(-2.5e-7), "-2.5e-7");
+        assert_eq!(shown(0.0), "0");
+        assert_eq!(shown(f64::NAN), "NaN");
+        assert_eq!(shown(f64::INFINITY), "inf");
+    }
+}

@@ -46,6 +46,11 @@ impl Names<'_> {
             ),
             GenerativeError::SingularPooledCovariance => "the pooled covariance is singular (constant or collinear features); add --reg (e.g. --reg 1e-3) or --shrinkage auto".to_string(),
             GenerativeError::ZeroVariance { class, feature } => format!("feature {} is constant in class {}; increase --var-smoothing", self.feature(*feature), self.class(*class)),
+            GenerativeError::StatisticOverflow { statistic, class, feature } => {
+                let feature = feature.map_or(String::new(), |j| format!(" of feature {}", self.feature(j)));
+                let class = class.map_or(String::new(), |c| format!(" in class {}", self.class(c)));
+                format!("the {statistic}{feature}{class} overflows f64 (the values are too large to square or sum); rescale the feature, e.g. divide it by a power of ten")
+            }
             GenerativeError::InvalidParameter { name, rule, value } => format!("--{} must be {rule}, got {value}", name.replace('_', "-")),
             other => other.to_string(),
         };
@@ -87,8 +92,12 @@ pub fn check_domain(
 ) -> Result<()> {
     let problem = |v: f64| match kind {
         ModelKind::MultinomialNb if v < 0.0 => Some("counts must be >= 0 for multinomial-nb"),
-        ModelKind::CategoricalNb if v < 0.0 || v.fract() != 0.0 => {
-            Some("categories must be integers >= 0 for categorical-nb")
+        ModelKind::CategoricalNb
+            if v < 0.0
+                || v.fract() != 0.0
+                || v >= generative::naive_bayes::MAX_CATEGORIES as f64 =>
+        {
+            Some("categories must be integers from 0 to 2^20 - 1 = 1048575 for categorical-nb")
         }
         ModelKind::BernoulliNb if binarize.is_none() && v != 0.0 && v != 1.0 => {
             Some("values must be 0 or 1 for bernoulli-nb with --binarize none")
@@ -109,9 +118,10 @@ pub fn check_domain(
     }
     match first {
         Some((r, j, v, p)) => Err(CliError::Data(format!(
-            "{source}:{}: column '{}' has the value {v}: {p}",
+            "{source}:{}: column '{}' has the value {}: {p}",
             rows.lines()[r],
-            features[j]
+            features[j],
+            crate::error::shown(v)
         ))),
         None => Ok(()),
     }
