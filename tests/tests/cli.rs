@@ -466,7 +466,44 @@ fn bad_input_unknown_label_column() {
 
 #[test]
 fn bad_input_no_labeled_rows() {
-    assert_fit_fails("a,b,y\n1,2,\n3,4,\n", &[], 1, "d.csv: no labeled rows");
+    assert_fit_fails(
+        "a,b,y\n1,2,\n3,4,\n",
+        &[],
+        1,
+        "d.csv: no labeled rows (every cell of label column 'y' is the unlabeled marker)",
+    );
+    assert_fit_fails(
+        "a,b,y\n",
+        &[],
+        1,
+        "d.csv: no labeled rows (the file has no data rows)",
+    );
+    // The rows of an --unlabeled file do not make the main file's missing rows unlabeled.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "d.csv", "a,b,y\n");
+    write(dir.path(), "pool.csv", "a,b\n1,2\n3,4\n");
+    let args = [
+        "fit",
+        "--model",
+        "qda",
+        "--data",
+        "d.csv",
+        "--unlabeled",
+        "pool.csv",
+        "--label",
+        "y",
+        "--out",
+        "out.json",
+    ];
+    let r = run_in(dir.path(), &args, None);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("d.csv: no labeled rows (the file has no data rows)"),
+        "{}",
+        r.stderr
+    );
+    assert!(!dir.path().join("out.json").exists());
 }
 
 #[test]

@@ -138,6 +138,22 @@ fn read_training(args: &FitArgs) -> Result<(Dataset, Vec<String>)> {
             require_label: true,
         },
     )?;
+    if data.labeled.is_empty() {
+        // A file of a header alone has no cells to blame on the marker (checked before the
+        // rows of an --unlabeled file join the main file's unlabeled ones).
+        let why = if data.unlabeled.is_empty() {
+            "the file has no data rows".to_string()
+        } else {
+            format!(
+                "every cell of label column '{}' is the unlabeled marker",
+                args.label
+            )
+        };
+        return Err(CliError::Data(format!(
+            "{}: no labeled rows ({why})",
+            data.source
+        )));
+    }
     let mut sources = vec![args.data.clone()];
     if let Some(extra) = &args.unlabeled {
         let more = read_csv(
@@ -305,12 +321,6 @@ pub fn fit(args: &FitArgs, quiet: bool) -> Result<()> {
     let (data, sources) = read_training(args)?;
     let mut classes: Vec<String> = data.labeled.label_names().to_vec();
     classes.sort();
-    if data.labeled.is_empty() {
-        return Err(CliError::Data(format!(
-            "{}: no labeled rows (every cell of label column '{}' is the unlabeled marker)",
-            data.source, args.label
-        )));
-    }
     if classes.len() < 2 {
         return Err(CliError::Data(format!(
             "{}: only one class ('{}') among the labeled rows; a classifier needs at least 2",
