@@ -623,6 +623,38 @@ fn fitted(dir: &Path) {
     assert_eq!(r.code, 0, "{}", r.stderr);
 }
 
+/// A reader that closes the pipe before the output is written (`ssl-cli inspect | head`) ends
+/// the program quietly, as `cat` or `grep` end: by SIGPIPE on Linux, without a panic. Before,
+/// `println!` panicked ("failed printing to stdout: Broken pipe") with a backtrace and exit
+/// code 101. (If the output reaches the pipe before it closes, the run simply succeeds.)
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    for args in [
+        &["inspect", "--model", "m.json"][..],
+        &["predict", "--model", "m.json", "--data", "d.csv", "--proba"][..],
+    ] {
+        let mut child = std::process::Command::new(tests::ssl_cli())
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::process::ExitStatusExt;
+            let piped = out.status.signal() == Some(13);
+            assert!(out.status.success() || piped, "{args:?}: {:?}", out.status);
+        }
+    }
+}
+
 #[test]
 fn bad_input_features_missing_at_predict() {
     let dir = tempfile::tempdir().unwrap();
