@@ -736,6 +736,16 @@ fn bad_input_unreadable_or_foreign_model_file() {
         .pop();
     write(dir.path(), "damaged.json", &v.to_string());
     check("damaged.json", "damaged model file");
+    // Dimensions whose product wraps to the parameters' lengths (2 classes × 2^63 features
+    // is 0 means): a damaged file, not a panic at the first prediction.
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let model = &mut v["model"]["parameters"]["model"];
+    model["n_features"] = serde_json::json!(1u64 << 63);
+    model["means"] = serde_json::json!([]);
+    model["factors"] = serde_json::json!([]);
+    write(dir.path(), "wrapped.json", &v.to_string());
+    check("wrapped.json", "damaged model file");
+    check("wrapped.json", "of dimensions whose product fits in memory");
 }
 
 #[test]

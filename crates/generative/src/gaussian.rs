@@ -28,7 +28,8 @@ use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
 use crate::linear_scores::{self, Features};
 use crate::model::{
-    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
+    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows,
+    parameter_length, prior_parameters,
 };
 use crate::parallel::{
     Chunk, LabelGroups, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
@@ -1333,18 +1334,26 @@ impl GenerativeClassifier for GaussianClassifier {
 
     fn validate(&self) -> Result<()> {
         let (d, k) = (self.n_features, self.n_classes);
-        let want = match self.structure {
-            CovarianceStructure::Full => k * d * d,
-            CovarianceStructure::Tied => d * d,
-            CovarianceStructure::Diagonal => k * d,
-            CovarianceStructure::Spherical => k,
-            CovarianceStructure::TiedDiagonal => d,
+        let factor_dims: &[usize] = match self.structure {
+            CovarianceStructure::Full => &[k, d, d],
+            CovarianceStructure::Tied => &[d, d],
+            CovarianceStructure::Diagonal => &[k, d],
+            CovarianceStructure::Spherical => &[k],
+            CovarianceStructure::TiedDiagonal => &[d],
         };
         let checks = [
             ("log_priors", k, self.log_priors.len()),
             ("class_weights", k, self.class_weights.len()),
-            ("means", k * d, self.means.len()),
-            ("covariance factors", want, self.factors.len()),
+            (
+                "means",
+                parameter_length("means", d, &[k, d])?,
+                self.means.len(),
+            ),
+            (
+                "covariance factors",
+                parameter_length("covariance factors", d, factor_dims)?,
+                self.factors.len(),
+            ),
         ];
         for (what, expected, got) in checks {
             if expected != got {

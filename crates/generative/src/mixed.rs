@@ -16,7 +16,8 @@ use density::stats::{Mergeable, ScatterKind, SufficientStats};
 use density::{Bernoulli, Categorical, Exponential, Gaussian, Poisson};
 
 use crate::model::{
-    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
+    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows,
+    parameter_length, prior_parameters,
 };
 use crate::parallel::{check_chunk, check_sets, map_chunks};
 use crate::{GenerativeError, Result};
@@ -355,10 +356,12 @@ impl GenerativeClassifier for MixedNaiveBayes {
             + prior_parameters(self.n_classes, self.priors_fixed)
     }
     fn validate(&self) -> Result<()> {
-        if self.cells.len() != self.n_classes * self.features.len() {
+        let d = self.features.len();
+        let cells = parameter_length("feature densities", d, &[self.n_classes, d])?;
+        if self.cells.len() != cells {
             return Err(GenerativeError::DimensionMismatch {
                 what: "feature densities",
-                expected: self.n_classes * self.features.len(),
+                expected: cells,
                 got: self.cells.len(),
             });
         }

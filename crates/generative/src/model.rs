@@ -83,6 +83,36 @@ pub fn prior_parameters(n_classes: usize, fixed: bool) -> usize {
     }
 }
 
+/// The length a model's parameters must have, the product of its `dims`, checked as a model is
+/// validated (after deserialising). Errors when the product overflows, and when the model has
+/// no features (`n_features` = 0). Why: a damaged model file whose dimensions multiply past
+/// `usize::MAX` wrapped to a small length, passed the length checks, and its first prediction
+/// indexed out of bounds (a panic).
+pub(crate) fn parameter_length(
+    what: &'static str,
+    n_features: usize,
+    dims: &[usize],
+) -> Result<usize> {
+    if n_features == 0 {
+        return Err(GenerativeError::InvalidParameter {
+            name: "n_features",
+            rule: ">= 1",
+            value: "0".into(),
+        });
+    }
+    dims.iter()
+        .try_fold(1usize, |p, &d| p.checked_mul(d))
+        .ok_or_else(|| GenerativeError::InvalidParameter {
+            name: what,
+            rule: "of dimensions whose product fits in memory",
+            value: dims
+                .iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(" × "),
+        })
+}
+
 /// One set of rows with its responsibilities: `x` is n × d, `resp` gives each row's weight
 /// for each of the K classes.
 #[derive(Debug, Clone, Copy)]

@@ -18,7 +18,8 @@ use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use crate::linear_scores::{Features, linear_scores, mark_rejected_rows};
 use crate::model::{
-    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows, prior_parameters,
+    Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows,
+    parameter_length, prior_parameters,
 };
 use crate::parallel::{Chunk, check_chunk, check_sets, map_chunks, map_chunks_by_label_with};
 use crate::split::{Partial, Scratch, SplitFit};
@@ -563,7 +564,11 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         self.n_classes * self.n_features + prior_parameters(self.n_classes, self.priors_fixed)
     }
     fn validate(&self) -> Result<()> {
-        let kd = self.n_classes * self.n_features;
+        let kd = parameter_length(
+            "feature probabilities",
+            self.n_features,
+            &[self.n_classes, self.n_features],
+        )?;
         check_lengths("log_priors", self.n_classes, self.log_priors.len())?;
         check_lengths("feature probabilities", kd, self.log_p.len())?;
         check_lengths("feature probabilities", kd, self.log_1mp.len())?;
@@ -779,7 +784,11 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
         check_lengths("log_priors", self.n_classes, self.log_priors.len())?;
         check_lengths(
             "feature probabilities",
-            self.n_classes * self.n_features,
+            parameter_length(
+                "feature probabilities",
+                self.n_features,
+                &[self.n_classes, self.n_features],
+            )?,
             self.log_theta.len(),
         )?;
         check_all_finite(&self.log_priors)?;
@@ -1086,13 +1095,36 @@ impl GenerativeClassifier for CategoricalNaiveBayes {
             self.n_categories.len(),
         )?;
         check_lengths("category offsets", self.n_features, self.offsets.len())?;
-        let size: usize = self.n_categories.iter().map(|m| m * self.n_classes).sum();
-        check_lengths("category probabilities", size, self.log_theta.len())?;
-        let mut off = 0;
-        for (o, m) in self.offsets.iter().zip(&self.n_categories) {
-            check_lengths("category offsets", off, *o)?;
-            off += m * self.n_classes;
+        // Each feature's categories within the fit's limit, so that the table's size below
+        // cannot overflow (the class count is bounded by `log_priors`' length).
+        if let Some(&m) = self
+            .n_categories
+            .iter()
+            .find(|&&m| m == 0 || m > MAX_CATEGORIES)
+        {
+            return Err(GenerativeError::InvalidParameter {
+                name: "n_categories",
+                rule: "from 1 to 2^20 = 1048576 for every feature",
+                value: m.to_string(),
+            });
         }
+        let mut size = 0;
+        for (o, m) in self.offsets.iter().zip(&self.n_categories) {
+            check_lengths("category offsets", size, *o)?;
+            let table = parameter_length(
+                "category probabilities",
+                self.n_features,
+                &[*m, self.n_classes],
+            )?;
+            size = size
+                .checked_add(table)
+                .ok_or(GenerativeError::InvalidParameter {
+                    name: "category probabilities",
+                    rule: "of dimensions whose product fits in memory",
+                    value: format!("{} features of up to 2^20 categories", self.n_features),
+                })?;
+        }
+        check_lengths("category probabilities", size, self.log_theta.len())?;
         check_all_finite(&self.log_priors)?;
         check_all_finite(&self.log_theta)?;
         if self.n_classes < 2 {

@@ -697,6 +697,118 @@ fn damaged_models_fail_validation() {
     ));
 }
 
+/// Dimensions whose products overflow `usize` (so that they wrapped to the lengths of the
+/// parameters given) and models without features fail validation, for every model; before,
+/// they passed, and the first prediction indexed out of bounds.
+#[test]
+fn models_with_wrapped_dimensions_fail_validation() {
+    fn rejected<M>(model: &M, edit: impl Fn(&mut serde_json::Value), what: &str)
+    where
+        M: GenerativeClassifier + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let mut v = serde_json::to_value(model).unwrap();
+        edit(&mut v);
+        let bad: M = serde_json::from_value(v).unwrap();
+        assert!(
+            matches!(
+                bad.validate(),
+                Err(GenerativeError::InvalidParameter { .. })
+            ),
+            "{what}: {:?}",
+            bad.validate()
+        );
+    }
+    let empty = |v: &mut serde_json::Value, fields: &[&str]| {
+        for f in fields {
+            v[*f] = serde_json::json!([]);
+        }
+    };
+    let (x, y) = gaussian_data(60, 2, 2, 5);
+    for s in structures() {
+        let m = GaussianParams::with_structure(s)
+            .check()
+            .unwrap()
+            .fit(x.as_ref(), &y, 2)
+            .unwrap();
+        // 2 classes × 2^63 features wraps to 0 means and 0 factors.
+        rejected(
+            &m,
+            |v| {
+                v["n_features"] = serde_json::json!(1u64 << 63);
+                empty(v, &["means", "factors"]);
+            },
+            &format!("{s:?} 2^63 features"),
+        );
+        rejected(
+            &m,
+            |v| {
+                v["n_features"] = serde_json::json!(0);
+                empty(v, &["means", "factors"]);
+            },
+            &format!("{s:?} no features"),
+        );
+    }
+    let counts = Mat::from_fn(60, 2, |i, j| ((i + j) % 3) as f64);
+    let b = BernoulliNbParams::default()
+        .check()
+        .unwrap()
+        .fit(counts.as_ref(), &y, 2)
+        .unwrap();
+    rejected(
+        &b,
+        |v| {
+            v["n_features"] = serde_json::json!(1u64 << 63);
+            empty(v, &["log_p", "log_1mp"]);
+        },
+        "Bernoulli",
+    );
+    let mnb = MultinomialNbParams::default()
+        .check()
+        .unwrap()
+        .fit(counts.as_ref(), &y, 2)
+        .unwrap();
+    rejected(
+        &mnb,
+        |v| {
+            v["n_features"] = serde_json::json!(1u64 << 63);
+            empty(v, &["log_theta"]);
+        },
+        "multinomial",
+    );
+    rejected(
+        &mnb,
+        |v| {
+            v["n_features"] = serde_json::json!(0);
+            empty(v, &["log_theta"]);
+        },
+        "multinomial without features",
+    );
+    let cnb = CategoricalNbParams::default()
+        .check()
+        .unwrap()
+        .fit(counts.as_ref(), &y, 2)
+        .unwrap();
+    // 2 classes × (2^63 + 2^63 + 3) categories wraps to 6 entries, at offsets 0 and 0.
+    rejected(
+        &cnb,
+        |v| {
+            v["n_categories"] = serde_json::json!([1u64 << 63, (1u64 << 63) + 3]);
+            v["offsets"] = serde_json::json!([0, 0]);
+            let six: Vec<f64> = v["log_theta"].as_array().unwrap()[..6]
+                .iter()
+                .map(|t| t.as_f64().unwrap())
+                .collect();
+            v["log_theta"] = serde_json::json!(six);
+        },
+        "categorical",
+    );
+    rejected(
+        &cnb,
+        |v| v["n_categories"] = serde_json::json!([0, 3]),
+        "categorical, a feature without categories",
+    );
+}
+
 #[test]
 fn mixed_naive_bayes_with_all_gaussian_features_equals_gaussian_nb() {
     let (x, y, _) = load("iris");
