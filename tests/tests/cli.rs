@@ -746,6 +746,15 @@ fn bad_input_unreadable_or_foreign_model_file() {
     write(dir.path(), "wrapped.json", &v.to_string());
     check("wrapped.json", "damaged model file");
     check("wrapped.json", "of dimensions whose product fits in memory");
+    for (field, names, message) in [
+        ("classes", ["p", "p"], "the class name 'p' appears twice"),
+        ("features", ["b", "b"], "the feature name 'b' appears twice"),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+        v[field] = serde_json::json!(names);
+        write(dir.path(), "twice.json", &v.to_string());
+        check("twice.json", message);
+    }
 }
 
 #[test]

@@ -135,6 +135,16 @@ impl ModelFile {
                 m.n_features()
             )));
         }
+        // Names are how predictions are written and columns and labels found: a name given
+        // twice would make them ambiguous (fit never writes one).
+        for (what, names) in [("class", &file.classes), ("feature", &file.features)] {
+            let mut seen = std::collections::HashSet::new();
+            if let Some(name) = names.iter().find(|n| !seen.insert(n.as_str())) {
+                return Err(CliError::Data(format!(
+                    "{path}: damaged model file: the {what} name '{name}' appears twice"
+                )));
+            }
+        }
         Ok(file)
     }
 }
