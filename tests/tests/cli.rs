@@ -590,6 +590,26 @@ fn bad_usage_exits_with_2() {
         2,
         "--components-per-class",
     );
+    // Errors name the flags as they are spelt (they said --folds and --lambda-grid-value).
+    assert_fit_fails(
+        GOOD,
+        &["--lambda", "auto", "--cv-folds", "1"],
+        2,
+        "--cv-folds must be >= 2, got 1",
+    );
+    assert_fit_fails(
+        GOOD,
+        &["--lambda", "auto", "--lambda-grid", "0.5,2"],
+        2,
+        "--lambda-grid must be in [0, 1], got 2",
+    );
+    // More components than the rows can fill: a component, not a class '#5' (there are 2).
+    assert_fit_fails(
+        GOOD,
+        &["--components-per-class", "100"],
+        1,
+        "component 5 has no rows to estimate its parameters from; use fewer --components-per-class",
+    );
 }
 
 #[test]

@@ -59,6 +59,15 @@ impl Names<'_> {
 
     fn em_error(&self, e: EmError) -> CliError {
         match e {
+            // With several components per class the model's classes are components, and an
+            // index past the classes is one of those.
+            EmError::Model(GenerativeError::EmptyClass { class })
+                if class >= self.classes.len() =>
+            {
+                CliError::Data(format!(
+                    "component {class} has no rows to estimate its parameters from; use fewer --components-per-class"
+                ))
+            }
             EmError::Model(m) => self.model_error(&m),
             EmError::ClassWithoutLabels { class } => {
                 CliError::Data(format!("class {} has no labeled rows", self.class(class)))
@@ -67,10 +76,7 @@ impl Names<'_> {
                 "--lambda auto needs at least 2 labeled rows in every class; class {} has {count}. Give a number, e.g. --lambda 0.1",
                 self.class(class)
             )),
-            EmError::InvalidParameter { name, rule, value } => CliError::Usage(format!(
-                "--{} must be {rule}, got {value}",
-                name.replace(['_', ' '], "-")
-            )),
+            EmError::InvalidParameter { name, rule, value } => option_error(name, rule, &value),
             other => CliError::Data(other.to_string()),
         }
     }
@@ -297,10 +303,7 @@ fn em_params(args: &FitArgs, n_classes: usize) -> Result<Option<EmParams>> {
         seed: args.seed,
     };
     params.check().map_err(|e| match e {
-        EmError::InvalidParameter { name, rule, value } => CliError::Usage(format!(
-            "--{} must be {rule}, got {value}",
-            name.replace(['_', ' '], "-")
-        )),
+        EmError::InvalidParameter { name, rule, value } => option_error(name, rule, &value),
         other => CliError::Usage(other.to_string()),
     })?;
     Ok(Some(params))
@@ -308,12 +311,21 @@ fn em_params(args: &FitArgs, n_classes: usize) -> Result<Option<EmParams>> {
 
 fn usage_from(e: GenerativeError) -> CliError {
     match e {
-        GenerativeError::InvalidParameter { name, rule, value } => CliError::Usage(format!(
-            "--{} must be {rule}, got {value}",
-            name.replace('_', "-")
-        )),
+        GenerativeError::InvalidParameter { name, rule, value } => option_error(name, rule, &value),
         other => CliError::Usage(other.to_string()),
     }
+}
+
+/// A library option's error as the usage error of its flag. The libraries name options by
+/// their fields (`var_smoothing`, `lambda grid value`); the flags that say it differently are
+/// mapped here (`--folds` and `--lambda-grid-value` were named for flags that do not exist).
+fn option_error(name: &str, rule: &str, value: &str) -> CliError {
+    let flag = match name {
+        "lambda grid" | "lambda grid value" => "lambda-grid".to_string(),
+        "folds" => "cv-folds".to_string(),
+        other => other.replace(['_', ' '], "-"),
+    };
+    CliError::Usage(format!("--{flag} must be {rule}, got {value}"))
 }
 
 /// Runs `ssl-cli fit`.
