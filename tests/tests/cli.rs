@@ -372,6 +372,27 @@ fn every_command_has_help_with_examples() {
         let r = run_in(dir.path(), &[cmd, "--help"], None);
         assert_eq!(r.code, 0);
         assert!(r.stdout.contains("Example"), "{cmd}: {}", r.stdout);
+        // Every option says what it is: no option line ends at its name (eval's, inspect's
+        // and plot's --model, --data and --out did).
+        // (clap puts the description after the name, or, in the long format, on the next line,
+        // indented further.)
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        let indent = |l: &str| l.len() - l.trim_start().len();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim();
+            if t.starts_with("--") || (t.starts_with('-') && t.chars().nth(2) == Some(',')) {
+                let inline = t
+                    .split_once("  ")
+                    .is_some_and(|(_, rest)| !rest.trim().is_empty());
+                let below = lines
+                    .get(i + 1)
+                    .is_some_and(|next| !next.trim().is_empty() && indent(next) > indent(line));
+                assert!(
+                    inline || below,
+                    "{cmd}: option without a description: {line}"
+                );
+            }
+        }
     }
 }
 

@@ -147,8 +147,10 @@ pub struct PredictArgs {
     after_help = "Examples:\n  ssl-cli eval --model model.json --data test.csv --label class\n  ssl-cli eval --model model.json --data test.csv --label class --json"
 )]
 pub struct EvalArgs {
+    /// A model written by `ssl-cli fit`.
     #[arg(long, value_name = "MODEL.json")]
     pub model: String,
+    /// CSV file with the model's feature columns and the label column (`-` for standard input).
     #[arg(long, value_name = "FILE")]
     pub data: String,
     /// Label column (rows with an empty label are skipped).
@@ -162,6 +164,7 @@ pub struct EvalArgs {
 #[derive(Debug, Args)]
 #[command(after_help = "Example:\n  ssl-cli inspect --model model.json")]
 pub struct InspectArgs {
+    /// A model written by `ssl-cli fit`.
     #[arg(long, value_name = "MODEL.json")]
     pub model: String,
 }
@@ -185,10 +188,16 @@ pub struct DemoArgs {
     after_help = "Example:\n  ssl-cli plot --model model.json --data train.csv --out fig.svg"
 )]
 pub struct PlotArgs {
+    /// A model written by `ssl-cli fit`. With two features the figure is the data's plane, with
+    /// decision regions and (Gaussian models) 1σ and 2σ ellipses; with more, the data projected
+    /// on its first two linear discriminant directions under the predicted classes.
     #[arg(long, value_name = "MODEL.json")]
     pub model: String,
+    /// CSV file with the model's feature columns (`-` for standard input); rows with a value in
+    /// the model's label column are drawn large.
     #[arg(long, value_name = "FILE")]
     pub data: String,
+    /// Where to write the SVG figure.
     #[arg(long, value_name = "FIG.svg")]
     pub out: String,
 }
