@@ -718,11 +718,16 @@ fn models_with_wrapped_dimensions_fail_validation() {
             bad.validate()
         );
     }
-    let empty = |v: &mut serde_json::Value, fields: &[&str]| {
-        for f in fields {
-            v[*f] = serde_json::json!([]);
+    // `n` features, and the parameters in `fields` emptied: with 2 classes, 2^63 features
+    // wraps every product of dimensions to 0.
+    fn features(n: u64, fields: &'static [&'static str]) -> impl Fn(&mut serde_json::Value) {
+        move |v| {
+            v["n_features"] = serde_json::json!(n);
+            for f in fields {
+                v[*f] = serde_json::json!([]);
+            }
         }
-    };
+    }
     let (x, y) = gaussian_data(60, 2, 2, 5);
     for s in structures() {
         let m = GaussianParams::with_structure(s)
@@ -730,23 +735,13 @@ fn models_with_wrapped_dimensions_fail_validation() {
             .unwrap()
             .fit(x.as_ref(), &y, 2)
             .unwrap();
-        // 2 classes × 2^63 features wraps to 0 means and 0 factors.
-        rejected(
-            &m,
-            |v| {
-                v["n_features"] = serde_json::json!(1u64 << 63);
-                empty(v, &["means", "factors"]);
-            },
-            &format!("{s:?} 2^63 features"),
-        );
-        rejected(
-            &m,
-            |v| {
-                v["n_features"] = serde_json::json!(0);
-                empty(v, &["means", "factors"]);
-            },
-            &format!("{s:?} no features"),
-        );
+        for n in [1 << 63, 0] {
+            rejected(
+                &m,
+                features(n, &["means", "factors"]),
+                &format!("{s:?} {n}"),
+            );
+        }
     }
     let counts = Mat::from_fn(60, 2, |i, j| ((i + j) % 3) as f64);
     let b = BernoulliNbParams::default()
@@ -754,35 +749,19 @@ fn models_with_wrapped_dimensions_fail_validation() {
         .unwrap()
         .fit(counts.as_ref(), &y, 2)
         .unwrap();
-    rejected(
-        &b,
-        |v| {
-            v["n_features"] = serde_json::json!(1u64 << 63);
-            empty(v, &["log_p", "log_1mp"]);
-        },
-        "Bernoulli",
-    );
+    rejected(&b, features(1 << 63, &["log_p", "log_1mp"]), "Bernoulli");
     let mnb = MultinomialNbParams::default()
         .check()
         .unwrap()
         .fit(counts.as_ref(), &y, 2)
         .unwrap();
-    rejected(
-        &mnb,
-        |v| {
-            v["n_features"] = serde_json::json!(1u64 << 63);
-            empty(v, &["log_theta"]);
-        },
-        "multinomial",
-    );
-    rejected(
-        &mnb,
-        |v| {
-            v["n_features"] = serde_json::json!(0);
-            empty(v, &["log_theta"]);
-        },
-        "multinomial without features",
-    );
+    for n in [1 << 63, 0] {
+        rejected(
+            &mnb,
+            features(n, &["log_theta"]),
+            &format!("multinomial {n}"),
+        );
+    }
     let cnb = CategoricalNbParams::default()
         .check()
         .unwrap()
