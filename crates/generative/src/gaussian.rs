@@ -32,7 +32,7 @@ use crate::model::{
     parameter_length, prior_parameters,
 };
 use crate::parallel::{
-    Chunk, LabelGroups, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
+    Chunk, LabelGroups, Runs, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
 };
 use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
@@ -627,7 +627,7 @@ impl WeightedFit for Checked<GaussianParams> {
         // Pass 1: per-class weighted means and centred scatters, merged in chunk order.
         let partials = fold_chunks_by_label_with(
             sets,
-            MERGED_RUN,
+            SplitFit::runs(self, d, k),
             gaussian_scratch,
             |scratch, chunk| self.chunk_stats(scratch, chunk, d, k),
             |scratch, acc, part| {
@@ -667,8 +667,22 @@ fn gaussian_scratch() -> GaussianScratch {
 }
 
 impl SplitFit<GaussianClassifier> for Checked<GaussianParams> {
-    fn longest_run(&self) -> usize {
-        MERGED_RUN
+    fn runs(&self, d: usize, k: usize) -> Runs {
+        // A run's statistics: each class's weight, mean and scatter (d² values, or d for the
+        // diagonal structures), or, pooled, the classes' weights and means and one scatter.
+        let values = if self.pooled_scatter_only() {
+            k * (d + 1) + d * d
+        } else {
+            let scatter = match self.structure.scatter_kind() {
+                ScatterKind::Full => d * d,
+                ScatterKind::Diagonal => d,
+            };
+            k * (1 + d + scatter)
+        };
+        Runs {
+            longest: MERGED_RUN,
+            partial_bytes: values * std::mem::size_of::<f64>(),
+        }
     }
 
     fn scratch(&self) -> Scratch {

@@ -12,7 +12,7 @@
 use faer::{Mat, MatMut, MatRef};
 
 use crate::parallel::{
-    CHUNK_ROWS, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed_with,
+    CHUNK_ROWS, Runs, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed_with,
     run_length,
 };
 use crate::{GenerativeError, Result};
@@ -400,7 +400,7 @@ where
         what,
         true,
         // Runs of one chunk: each chunk's result on its own (there is nothing to fold).
-        1,
+        Runs::ONE_CHUNK,
         || (),
         |_, _, _, chunk| f(chunk.as_ref()),
         |_, _| {},
@@ -435,7 +435,7 @@ where
         Some(out),
         what,
         check,
-        1,
+        Runs::ONE_CHUNK,
         || (),
         |_, c, _, chunk| then(c, chunk),
         |_, _| {},
@@ -460,7 +460,7 @@ pub fn log_joint_pass_fold<M, S, T, N, F, G>(
     out: Option<MatMut<'_, f64>>,
     what: Posterior,
     check: bool,
-    longest: usize,
+    shape: Runs,
     init: N,
     then: F,
     merge: G,
@@ -493,7 +493,7 @@ where
             .map(|c| (c, None))
             .collect(),
     };
-    let run = run_length(chunks.len(), longest);
+    let run = run_length(chunks.len(), shape, x.nrows() * x.ncols() * 8);
     let mut runs: Vec<Vec<(usize, Option<MatMut<'_, f64>>)>> = Vec::new();
     let mut chunks = chunks.into_iter().peekable();
     while chunks.peek().is_some() {

@@ -21,7 +21,7 @@ use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows,
     parameter_length, prior_parameters,
 };
-use crate::parallel::{Chunk, check_chunk, check_sets, map_chunks, map_chunks_by_label_with};
+use crate::parallel::{Chunk, Runs, check_chunk, check_sets, map_chunks, map_chunks_by_label_with};
 use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
 use density::block::{column, with_column_mut};
@@ -275,8 +275,12 @@ fn fit_counts<C: CountFit>(fit: &C, sets: &[WeightedRows<'_>]) -> Result<C::Mode
 macro_rules! split_count_fit {
     ($params:ty, $model:ty) => {
         impl SplitFit<$model> for Checked<$params> {
-            fn longest_run(&self) -> usize {
-                COUNT_RUN
+            fn runs(&self, _d: usize, _k: usize) -> Runs {
+                // One chunk a run, as `fit_counts` maps them: each run's counts are kept.
+                Runs {
+                    longest: COUNT_RUN,
+                    partial_bytes: 0,
+                }
             }
 
             fn scratch(&self) -> Scratch {

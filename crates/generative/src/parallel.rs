@@ -323,7 +323,7 @@ where
 /// allocate its statistics afresh.
 pub fn fold_chunks_by_label_with<S, T, N, F, M>(
     sets: &[WeightedRows<'_>],
-    longest: usize,
+    shape: Runs,
     init: N,
     f: F,
     merge: M,
@@ -339,7 +339,7 @@ where
         let starts: Vec<(usize, usize)> = (0..set.x.nrows().div_ceil(CHUNK_ROWS))
             .map(|c| (s, c * CHUNK_ROWS))
             .collect();
-        let run = run_length(starts.len(), longest);
+        let run = run_length(starts.len(), shape, set.x.nrows() * set.x.ncols() * 8);
         runs.extend(starts.chunks(run).map(<[_]>::to_vec));
     }
     let results: Vec<Result<T>> = run_indexed_with(runs, init, |state, _, run| {
@@ -360,11 +360,41 @@ where
 /// The fewest runs [`fold_chunks_by_label_with`] cuts a set of at least as many chunks into.
 pub const MIN_RUNS: usize = 32;
 
-/// How many consecutive chunks of a set of `chunks` chunks [`fold_chunks_by_label_with`] folds
-/// into one run (the last run may be shorter): up to `longest`, and short enough to leave
-/// [`MIN_RUNS`] runs where there are that many chunks.
-pub fn run_length(chunks: usize, longest: usize) -> usize {
-    longest.min(chunks.div_ceil(MIN_RUNS)).max(1)
+/// How a pass cuts a set's chunks into runs whose results it folds: at most `longest` chunks a
+/// run, and (see [`run_length`]) few enough runs that their results, `partial_bytes` each, stay
+/// within [`PARTIALS_BUDGET`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Runs {
+    pub longest: usize,
+    pub partial_bytes: usize,
+}
+
+impl Runs {
+    /// Runs of one chunk each, whose results are small (predictions' per-chunk results).
+    pub const ONE_CHUNK: Runs = Runs {
+        longest: 1,
+        partial_bytes: 0,
+    };
+}
+
+/// The most bytes of run results a pass keeps until it merges them, or an eighth of the set's
+/// data when that is more (the runs are not cut for a set whose results are small beside it).
+pub const PARTIALS_BUDGET: usize = 64 << 20;
+
+/// How many consecutive chunks of a set of `chunks` chunks (of `data_bytes` in all) a pass folds
+/// into one run (the last run may be shorter): up to `shape.longest`, and short enough to leave
+/// [`MIN_RUNS`] runs where there are that many chunks; but long enough that the runs' results,
+/// `shape.partial_bytes` each, fit in [`PARTIALS_BUDGET`] (or an eighth of the data), with at
+/// least 2 runs. It depends only on sizes, never on the thread count.
+///
+/// Why the budget: every run's result is kept until they are merged in order, and a QDA
+/// partial is K × d² values. At d = 64, K = 300, a fit of 100,000 rows (51 MB) peaked at 334 MB
+/// with 25 runs of 9.8 MB each (BENCHMARKS.md, fifty-ninth round).
+pub fn run_length(chunks: usize, shape: Runs, data_bytes: usize) -> usize {
+    let balanced = shape.longest.min(chunks.div_ceil(MIN_RUNS)).max(1);
+    let budget = PARTIALS_BUDGET.max(data_bytes / 8);
+    let most_runs = (budget / shape.partial_bytes.max(1)).max(2);
+    balanced.max(chunks.div_ceil(most_runs))
 }
 
 /// The first row of every chunk of every set, as (set, row), in order.

@@ -10,7 +10,7 @@
 
 use std::any::Any;
 
-use crate::parallel::{Chunk, check_sets, fold_chunks_by_label_with};
+use crate::parallel::{Chunk, Runs, check_sets, fold_chunks_by_label_with};
 use crate::{GenerativeError, Result, WeightedRows};
 
 /// Statistics of some rows of a [`SplitFit`], opaque to the caller: one chunk's, or the merge
@@ -67,9 +67,11 @@ impl Scratch {
 /// A weighted fit as per-chunk statistics and a finish. For any sets of rows,
 /// `finish(fold_split(self, sets))` is the model `fit_sets(sets)` returns, bit for bit.
 pub trait SplitFit<M>: Sync {
-    /// The most consecutive chunks of a set whose statistics one worker merges before the
-    /// finish takes the runs' ([`fold_chunks_by_label_with`], [`crate::parallel::run_length`]).
-    fn longest_run(&self) -> usize;
+    /// How a set's chunks are cut into runs whose statistics one worker merges before the
+    /// finish takes the runs' ([`fold_chunks_by_label_with`], [`crate::parallel::run_length`]),
+    /// for d features and K classes: at most so many chunks a run, and the size of a run's
+    /// statistics.
+    fn runs(&self, d: usize, k: usize) -> Runs;
 
     /// A worker's scratch buffers.
     fn scratch(&self) -> Scratch;
@@ -97,7 +99,7 @@ pub fn fold_split<M>(split: &dyn SplitFit<M>, sets: &[WeightedRows<'_>]) -> Resu
     let (d, k) = check_sets(sets)?;
     fold_chunks_by_label_with(
         sets,
-        split.longest_run(),
+        split.runs(d, k),
         || split.scratch(),
         |scratch, chunk| split.chunk_partial(scratch, chunk, d, k),
         |_, acc, part| split.merge_partials(acc, part),

@@ -2240,3 +2240,55 @@ fn categories_beyond_the_limit_are_named_errors() {
         })
     ));
 }
+
+/// With statistics large beside the data (QDA at d = 64, K = 300: 10 MB a run), a fit cuts its
+/// chunks into fewer, longer runs, so that the runs' statistics, all kept until they are merged,
+/// fit in `PARTIALS_BUDGET`; the fit keeps the bits of its split fit and of 1 thread on 2, and
+/// its covariances are the sample ones. With K = 10 the runs are cut as before.
+#[test]
+fn large_statistics_are_folded_in_fewer_runs_with_the_same_bits() {
+    use generative::parallel::{CHUNK_ROWS, MIN_RUNS, PARTIALS_BUDGET, run_length};
+    use generative::split::fold_split;
+    let (d, k, n) = (64, 300, 9 * CHUNK_ROWS);
+    let (x, y) = gaussian_data(n, d, k, 21);
+    let spec = GaussianParams::with_structure(CovarianceStructure::Full)
+        .check()
+        .unwrap();
+    let split = spec.split().unwrap();
+    let shape = split.runs(d, k);
+    let chunks = n.div_ceil(CHUNK_ROWS);
+    let run = run_length(chunks, shape, n * d * 8);
+    // The budget, not the balance between threads, sets these runs.
+    assert!(run > shape.longest.min(chunks.div_ceil(MIN_RUNS)), "{run}");
+    assert!(chunks.div_ceil(run) * shape.partial_bytes <= PARTIALS_BUDGET);
+    let sets = [WeightedRows::labeled(x.as_ref(), &y, k)];
+    let runs = fold_split(split, &sets).unwrap();
+    assert_eq!(runs.len(), chunks.div_ceil(run));
+    let one = on_threads(1, || spec.fit(x.as_ref(), &y, k).unwrap());
+    let two = on_threads(2, || spec.fit(x.as_ref(), &y, k).unwrap());
+    assert_eq!(one, two, "1 and 2 threads");
+    assert_eq!(split.finish(runs, d, k).unwrap(), one, "split fit");
+    // Class 0's covariance against its sample covariance.
+    let rows: Vec<usize> = (0..n).filter(|&i| y[i] == 0).collect();
+    let mean: Vec<f64> = (0..d)
+        .map(|j| rows.iter().map(|&i| x[(i, j)]).sum::<f64>() / rows.len() as f64)
+        .collect();
+    let cov = one.covariance(0);
+    for a in 0..d {
+        for b in 0..d {
+            let s: f64 = rows
+                .iter()
+                .map(|&i| (x[(i, a)] - mean[a]) * (x[(i, b)] - mean[b]))
+                .sum::<f64>()
+                / rows.len() as f64;
+            assert!(
+                (cov[(a, b)] - s).abs() < 1e-10 * (1.0 + s.abs()),
+                "({a}, {b})"
+            );
+        }
+    }
+    // Ten classes at n = 1e6 (d = 64): the runs the balance sets, 8 chunks each.
+    let ten = split.runs(d, 10);
+    let chunks = 1_000_000usize.div_ceil(CHUNK_ROWS);
+    assert_eq!(run_length(chunks, ten, 1_000_000 * d * 8), 8);
+}

@@ -17,7 +17,7 @@ use density::numerics::log_sum_exp;
 use generative::model::{
     Posterior, log_joint_pass_fold, log_joint_pass_then, normalize_chunk, row_moments,
 };
-use generative::parallel::{CHUNK_ROWS, Chunk, row_chunks_mut, run_indexed};
+use generative::parallel::{CHUNK_ROWS, Chunk, Runs, row_chunks_mut, run_indexed};
 use generative::split::{Partial, SplitFit, fold_split};
 use generative::{GenerativeClassifier, WeightedFit, WeightedRows};
 
@@ -726,7 +726,7 @@ where
         resp,
         Posterior::JointLessShared,
         check,
-        fit.map_or(1, |f| f.longest_run()),
+        fit.map_or(Runs::ONE_CHUNK, |f| f.runs(d, k)),
         // Per worker: the split fit's scratch and the chunk's weights, when they are not the
         // posteriors themselves (scale ≠ 1).
         || (fit.map(|f| f.scratch()), Vec::<f64>::new()),
@@ -1287,8 +1287,8 @@ mod tests {
     }
 
     impl<S: WeightedFit> SplitFit<S::Model> for FailsAt<S> {
-        fn longest_run(&self) -> usize {
-            self.inner.split().unwrap().longest_run()
+        fn runs(&self, d: usize, k: usize) -> generative::parallel::Runs {
+            self.inner.split().unwrap().runs(d, k)
         }
         fn scratch(&self) -> generative::split::Scratch {
             self.inner.split().unwrap().scratch()
