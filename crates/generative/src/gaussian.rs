@@ -741,14 +741,11 @@ fn first_overflow(
         Some(pooled) => {
             let mean = pooled.means.iter().position(|v| !v.is_finite());
             let within = (0..d).find_map(|j| {
-                let column = &pooled.within[j * d..(j + 1) * d];
-                if !column[j].is_finite() {
-                    Some(("pooled variance", j))
-                } else if column.iter().any(|v| !v.is_finite()) {
-                    Some(("pooled covariance", j))
-                } else {
-                    None
-                }
+                let found = density::stats::column_overflow(&pooled.within[j * d..(j + 1) * d], j);
+                found.map(|statistic| match statistic {
+                    "variance" => ("pooled variance", j),
+                    _ => ("pooled covariance", j),
+                })
             });
             match (mean, within) {
                 (Some(at), _) => Some(overflow("mean", Some(at / d), at % d)),

@@ -1112,21 +1112,16 @@ impl GenerativeClassifier for CategoricalNaiveBayes {
                 value: m.to_string(),
             });
         }
+        // The largest the table can be, checked once: no sum of its parts below overflows.
+        parameter_length(
+            "category probabilities",
+            self.n_features,
+            &[self.n_features, MAX_CATEGORIES, self.n_classes],
+        )?;
         let mut size = 0;
         for (o, m) in self.offsets.iter().zip(&self.n_categories) {
             check_lengths("category offsets", size, *o)?;
-            let table = parameter_length(
-                "category probabilities",
-                self.n_features,
-                &[*m, self.n_classes],
-            )?;
-            size = size
-                .checked_add(table)
-                .ok_or(GenerativeError::InvalidParameter {
-                    name: "category probabilities",
-                    rule: "of dimensions whose product fits in memory",
-                    value: format!("{} features of up to 2^20 categories", self.n_features),
-                })?;
+            size += m * self.n_classes;
         }
         check_lengths("category probabilities", size, self.log_theta.len())?;
         check_all_finite(&self.log_priors)?;

@@ -51,19 +51,17 @@ impl Names<'_> {
                 let class = class.map_or(String::new(), |c| format!(" in class {}", self.class(c)));
                 format!("the {statistic}{feature}{class} overflows f64 (the values are too large to square or sum); rescale the feature, e.g. divide it by a power of ten")
             }
-            GenerativeError::InvalidParameter { name, rule, value } => format!("--{} must be {rule}, got {value}", name.replace('_', "-")),
+            GenerativeError::InvalidParameter { name, rule, value } => option_message(name, rule, value),
             other => other.to_string(),
         };
         CliError::Data(msg)
     }
 
-    fn em_error(&self, e: EmError) -> CliError {
+    /// `components_are_classes`: EM's model has one component per class, so its class indices
+    /// are the classes'; with more, they are components'.
+    fn em_error(&self, e: EmError, components_are_classes: bool) -> CliError {
         match e {
-            // With several components per class the model's classes are components, and an
-            // index past the classes is one of those.
-            EmError::Model(GenerativeError::EmptyClass { class })
-                if class >= self.classes.len() =>
-            {
+            EmError::Model(GenerativeError::EmptyClass { class }) if !components_are_classes => {
                 CliError::Data(format!(
                     "component {class} has no rows to estimate its parameters from; use fewer --components-per-class"
                 ))
@@ -207,7 +205,12 @@ impl FitJob<'_> {
                 .map_err(|e| self.names.model_error(&e))?;
             return Ok((m, None));
         };
-        let em = SemiSupervisedEm::new(spec, params).map_err(|e| self.names.em_error(e))?;
+        let components_are_classes = match &params.components {
+            Components::Uniform(m) | Components::Bic { max: m } => *m == 1,
+            Components::PerClass(list) => list.iter().all(|&m| m == 1),
+        };
+        let em_error = |e| self.names.em_error(e, components_are_classes);
+        let em = SemiSupervisedEm::new(spec, params).map_err(em_error)?;
         let show = !self.quiet && std::io::stderr().is_terminal();
         let bar = show.then(|| {
             let b = indicatif::ProgressBar::new_spinner();
@@ -229,7 +232,7 @@ impl FitJob<'_> {
         };
         let fit = em
             .fit_with_observer(self.x_l, self.y, self.k, self.x_u, &mut observer)
-            .map_err(|e| self.names.em_error(e))?;
+            .map_err(em_error)?;
         if let Some(b) = bar {
             b.finish_and_clear();
         }
@@ -320,12 +323,17 @@ fn usage_from(e: GenerativeError) -> CliError {
 /// their fields (`var_smoothing`, `lambda grid value`); the flags that say it differently are
 /// mapped here (`--folds` and `--lambda-grid-value` were named for flags that do not exist).
 fn option_error(name: &str, rule: &str, value: &str) -> CliError {
+    CliError::Usage(option_message(name, rule, value))
+}
+
+/// "--flag must be rule, got value" for a library's option `name`.
+fn option_message(name: &str, rule: &str, value: &str) -> String {
     let flag = match name {
         "lambda grid" | "lambda grid value" => "lambda-grid".to_string(),
         "folds" => "cv-folds".to_string(),
         other => other.replace(['_', ' '], "-"),
     };
-    CliError::Usage(format!("--{flag} must be {rule}, got {value}"))
+    format!("--{flag} must be {rule}, got {value}")
 }
 
 /// Runs `ssl-cli fit`.
