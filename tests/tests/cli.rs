@@ -365,6 +365,59 @@ fn demo_runs_without_files_and_writes_a_figure() {
     );
 }
 
+/// A model of one feature is drawn against its posteriors: a projection onto two discriminant
+/// directions put every row on one horizontal line, under a second axis of width zero.
+#[test]
+fn plot_of_one_feature_draws_posteriors_along_the_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = String::from("x,label\n");
+    for i in 0..120 {
+        let class = i % 2;
+        // Two overlapping groups, so posteriors take many values between 0.5 and 1.
+        let x = 2.5 * class as f64 + ((i * 37) % 23) as f64 / 7.0 - 1.5;
+        let label = if i < 30 {
+            class.to_string()
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("{x},{label}\n"));
+    }
+    let train = write(dir.path(), "one.csv", &text);
+    let fit = run_in(
+        dir.path(),
+        &[
+            "fit", "--model", "qda", "--data", &train, "--label", "label", "--out", "m.json", "-q",
+        ],
+        None,
+    );
+    assert_eq!(fit.code, 0, "{}", fit.stderr);
+    let r = run_in(
+        dir.path(),
+        &[
+            "plot", "--model", "m.json", "--data", &train, "--out", "fig.svg",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let svg = std::fs::read_to_string(dir.path().join("fig.svg")).unwrap();
+    assert!(svg.contains("posteriors along x") && svg.contains("P(class | x)"));
+    assert!(!svg.contains("projection"));
+    // Rows sit at their posteriors: many heights, not one line.
+    let heights: std::collections::BTreeSet<&str> = svg
+        .split("<circle")
+        .skip(1)
+        .filter_map(|c| c.split("cy=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(heights.len() > 10, "{heights:?}");
+    // One posterior curve per class, traced over many points.
+    let curves = svg
+        .split("<polyline points=\"")
+        .skip(1)
+        .filter(|p| p.split('"').next().unwrap().split(' ').count() > 100)
+        .count();
+    assert_eq!(curves, 2);
+}
+
 #[test]
 fn every_command_has_help_with_examples() {
     let dir = tempfile::tempdir().unwrap();

@@ -315,6 +315,7 @@ fn seed000_experiment(ctx: &mut Ctx) -> Result<(), String> {
                 regions: Some(&sup),
                 ellipses: ssl_cli::plot::gaussian_ellipses(&sup, &[0, 1]),
                 points: points.clone(),
+                curves: Vec::new(),
                 axis_labels: ("x1".into(), "x2".into()),
             },
             ssl_cli::plot::PanelSpec {
@@ -325,6 +326,7 @@ fn seed000_experiment(ctx: &mut Ctx) -> Result<(), String> {
                     fit.model.component_class(),
                 ),
                 points,
+                curves: Vec::new(),
                 axis_labels: ("x1".into(), "x2".into()),
             },
         ];

@@ -188,9 +188,11 @@ pub struct DemoArgs {
     after_help = "Example:\n  ssl-cli plot --model model.json --data train.csv --out fig.svg"
 )]
 pub struct PlotArgs {
-    /// A model written by `ssl-cli fit`. With two features the figure is the data's plane, with
-    /// decision regions and (Gaussian models) 1σ and 2σ ellipses; with more, the data projected
-    /// on its first two linear discriminant directions under the predicted classes.
+    /// A model written by `ssl-cli fit`. With one feature the figure is each class's posterior
+    /// P(class | x) along it, the rows at their predicted class's posterior and the decision
+    /// regions as bands; with two, the data's plane, with decision regions and (Gaussian models)
+    /// 1σ and 2σ ellipses; with more, the data projected on its first two linear discriminant
+    /// directions under the predicted classes.
     #[arg(long, value_name = "MODEL.json")]
     pub model: String,
     /// CSV file with the model's feature columns (`-` for standard input); rows with a value in

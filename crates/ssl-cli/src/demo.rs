@@ -124,6 +124,7 @@ pub fn demo(args: &DemoArgs, quiet: bool) -> Result<()> {
             regions: Some(&sup),
             ellipses: gaussian_ellipses(&sup, &[0, 1]),
             points: points.clone(),
+            curves: Vec::new(),
             axis_labels: ("x1".into(), "x2".into()),
         },
         PanelSpec {
@@ -131,6 +132,7 @@ pub fn demo(args: &DemoArgs, quiet: bool) -> Result<()> {
             regions: Some(&fit.model),
             ellipses: gaussian_ellipses(fit.model.components(), fit.model.component_class()),
             points,
+            curves: Vec::new(),
             axis_labels: ("x1".into(), "x2".into()),
         },
     ];

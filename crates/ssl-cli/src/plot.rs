@@ -1,7 +1,10 @@
 //! Figures of fitted models: data points, the class Gaussians' 1σ and 2σ contours, and the
 //! decision regions (shaded by predicted class on a grid, with the boundary traced between grid
 //! cells of different classes). 2-D data is drawn directly; higher dimensions through the first
-//! two linear discriminant directions of the data under the model's predicted classes.
+//! two linear discriminant directions of the data under the model's predicted classes. A model of
+//! one feature is drawn against its posteriors: each class's P(class | x) as a curve, every row
+//! at the posterior of its predicted class, and the decision regions as bands along x (a
+//! projection would put every row on one line).
 
 use density::linalg::{solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use faer::{Mat, MatRef, Par};
@@ -28,11 +31,15 @@ pub struct Point {
 /// One panel of a figure.
 pub struct PanelSpec<'a> {
     pub title: String,
-    /// Model for the decision regions (2-D inputs only).
+    /// Model for the decision regions: a grid over the panel for two features, bands along x
+    /// for one; none for other models.
     pub regions: Option<&'a dyn GenerativeClassifier>,
     /// Gaussians to outline: (class, mean, lower Cholesky factor), 2-D.
     pub ellipses: Vec<(usize, [f64; 2], [[f64; 2]; 2])>,
     pub points: Vec<Point>,
+    /// Lines to draw through data coordinates, coloured by class (the posterior curves of a
+    /// one-feature model).
+    pub curves: Vec<(usize, Vec<(f64, f64)>)>,
     pub axis_labels: (String, String),
 }
 
@@ -82,8 +89,23 @@ pub fn render(panels: &[PanelSpec<'_>], class_names: &[String]) -> String {
     let (pw, ph, margin) = (420.0, 420.0, 70.0);
     let width = margin + panels.len() as f64 * (pw + margin);
     let mut svg = Svg::new(width, ph + 2.0 * margin + 30.0);
-    let x_range = padded_range(panels.iter().flat_map(|p| p.points.iter().map(|q| q.x)));
-    let y_range = padded_range(panels.iter().flat_map(|p| p.points.iter().map(|q| q.y)));
+    let curve_points = || {
+        panels
+            .iter()
+            .flat_map(|p| p.curves.iter().flat_map(|(_, line)| line.iter()))
+    };
+    let x_range = padded_range(
+        panels
+            .iter()
+            .flat_map(|p| p.points.iter().map(|q| q.x))
+            .chain(curve_points().map(|q| q.0)),
+    );
+    let y_range = padded_range(
+        panels
+            .iter()
+            .flat_map(|p| p.points.iter().map(|q| q.y))
+            .chain(curve_points().map(|q| q.1)),
+    );
     for (i, spec) in panels.iter().enumerate() {
         let panel = Panel {
             left: margin + i as f64 * (pw + margin),
@@ -93,8 +115,17 @@ pub fn render(panels: &[PanelSpec<'_>], class_names: &[String]) -> String {
             x_range,
             y_range,
         };
-        if let Some(model) = spec.regions {
-            draw_regions(&mut svg, &panel, model);
+        match spec.regions {
+            Some(model) if model.n_features() == 1 => draw_bands(&mut svg, &panel, model),
+            Some(model) if model.n_features() == 2 => draw_regions(&mut svg, &panel, model),
+            _ => {}
+        }
+        for (class, line) in &spec.curves {
+            let pts: Vec<(f64, f64)> = line
+                .iter()
+                .map(|&(x, y)| (panel.px(x), panel.py(y)))
+                .collect();
+            svg.polyline(&pts, colour(*class), 1.8, false);
         }
         for q in spec.points.iter().filter(|q| !q.labeled) {
             let c = q.class.map_or("#888888", colour);
@@ -140,14 +171,76 @@ pub fn render(panels: &[PanelSpec<'_>], class_names: &[String]) -> String {
         svg.text(x + 9.0, y, name, 12.0, "start");
         x += 30.0 + 7.0 * name.len() as f64;
     }
-    svg.text(
-        x + 10.0,
-        y,
-        "large: labeled · small: unlabeled · ellipses: 1σ (solid) and 2σ (dashed)",
-        11.0,
-        "start",
-    );
+    let mut key = String::from("large: labeled · small: unlabeled");
+    if panels.iter().any(|p| !p.ellipses.is_empty()) {
+        key.push_str(" · ellipses: 1σ (solid) and 2σ (dashed)");
+    }
+    if panels.iter().any(|p| !p.curves.is_empty()) {
+        key.push_str(" · curves: P(class | x)");
+    }
+    svg.text(x + 10.0, y, &key, 11.0, "start");
     svg.finish()
+}
+
+/// Decision regions of a one-feature model: a band of the predicted class's colour over each run
+/// of grid cells along x, and a boundary line where the class changes.
+fn draw_bands(svg: &mut Svg, panel: &Panel, model: &dyn GenerativeClassifier) {
+    let (x0, x1) = panel.x_range;
+    let dx = (x1 - x0) / GRID as f64;
+    let grid = Mat::from_fn(GRID, 1, |i, _| x0 + i as f64 * dx + dx / 2.0);
+    // Models with a discrete domain cannot score a continuous grid: draw no regions then.
+    let Ok(pred) = model.predict(grid.as_ref()) else {
+        return;
+    };
+    let mut start = 0;
+    for i in 1..=GRID {
+        if i == GRID || pred[i] != pred[start] {
+            let (left, right) = (x0 + start as f64 * dx, x0 + i as f64 * dx);
+            svg.rect(
+                panel.px(left),
+                panel.top,
+                panel.px(right) - panel.px(left),
+                panel.height,
+                colour(pred[start]),
+                0.12,
+            );
+            if i < GRID {
+                let x = panel.px(right);
+                svg.polyline(
+                    &[(x, panel.top), (x, panel.top + panel.height)],
+                    "#222",
+                    1.4,
+                    false,
+                );
+            }
+            start = i;
+        }
+    }
+}
+
+/// Each class's posterior P(class | x) of a one-feature model at `points` values of x spread over
+/// `range`, as curves for [`PanelSpec::curves`]; empty when the model cannot score those values
+/// (a discrete domain).
+pub fn posterior_curves(
+    model: &dyn GenerativeClassifier,
+    range: (f64, f64),
+    points: usize,
+) -> Vec<(usize, Vec<(f64, f64)>)> {
+    let step = (range.1 - range.0) / (points.max(2) - 1) as f64;
+    let grid = Mat::from_fn(points.max(2), 1, |i, _| range.0 + i as f64 * step);
+    let Ok(proba) = model.predict_proba(grid.as_ref()) else {
+        return Vec::new();
+    };
+    (0..model.n_classes())
+        .map(|c| {
+            (
+                c,
+                (0..grid.nrows())
+                    .map(|i| (grid[(i, 0)], proba[(i, c)]))
+                    .collect(),
+            )
+        })
+        .collect()
 }
 
 fn draw_regions(svg: &mut Svg, panel: &Panel, model: &dyn GenerativeClassifier) {
@@ -330,10 +423,30 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
     }
     let d = file.features.len();
     let (n, x) = (labeled_flags.len(), x_all.matrix());
-    let pred = model
-        .predict(x)
-        .map_err(|e| CliError::Data(format!("{}: {e}", data.source)))?;
-    let (coords, axis_labels, regions, ellipses) = if d == 2 {
+    let data_error =
+        |e: generative::GenerativeError| CliError::Data(format!("{}: {e}", data.source));
+    let pred = model.predict(x).map_err(data_error)?;
+    let mut curves = Vec::new();
+    let (coords, axis_labels, regions, ellipses, view) = if d == 1 {
+        // The posterior's height says how sure the model is of each row's class.
+        let proba = model.predict_proba(x).map_err(data_error)?;
+        let coords = Mat::from_fn(n, 2, |i, j| {
+            if j == 0 {
+                x[(i, 0)]
+            } else {
+                proba[(i, pred[i])]
+            }
+        });
+        let range = padded_range((0..n).map(|i| x[(i, 0)]));
+        curves = posterior_curves(model, range, 4 * GRID);
+        (
+            coords,
+            (file.features[0].clone(), "P(class | x)".to_string()),
+            Some(model),
+            Vec::new(),
+            format!("posteriors along {}", file.features[0]),
+        )
+    } else if d == 2 {
         let ellipses = match &file.model {
             FittedModel::Gaussian(g) => gaussian_ellipses(g.components(), g.component_class()),
             _ => Vec::new(),
@@ -343,6 +456,7 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
             (file.features[0].clone(), file.features[1].clone()),
             Some(model),
             ellipses,
+            "predicted classes".to_string(),
         )
     } else {
         let w = lda_directions(x, &pred, file.classes.len())?;
@@ -351,6 +465,7 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
             ("discriminant 1".to_string(), "discriminant 2".to_string()),
             None,
             Vec::new(),
+            "predicted classes (LDA projection)".to_string(),
         )
     };
     for i in 0..n {
@@ -361,17 +476,13 @@ pub fn plot(args: &PlotArgs) -> Result<()> {
             labeled: labeled_flags[i],
         });
     }
-    let title = format!(
-        "{:?}: predicted classes{}",
-        file.kind,
-        if d == 2 { "" } else { " (LDA projection)" }
-    );
     let svg = render(
         &[PanelSpec {
-            title,
+            title: format!("{:?}: {view}", file.kind),
             regions,
             ellipses,
             points: spec_points,
+            curves,
             axis_labels,
         }],
         &file.classes,
