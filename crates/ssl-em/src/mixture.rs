@@ -44,6 +44,36 @@ impl<M: GenerativeClassifier> ComponentMixture<M> {
         &self.component_class
     }
 
+    /// `score` of the components (n × K'), combined into classes by log-sum-exp over each
+    /// class's components; with one component per class, `score` writes `out` directly.
+    fn by_class(
+        &self,
+        x: MatRef<'_, f64>,
+        mut out: MatMut<'_, f64>,
+        score: impl Fn(&M, MatRef<'_, f64>, MatMut<'_, f64>),
+    ) {
+        let kc = self.component_class.len();
+        if kc == self.n_classes {
+            // One component per class, in class order (`validate` keeps them sorted).
+            score(&self.model, x, out);
+            return;
+        }
+        let mut comp = Mat::<f64>::zeros(x.nrows(), kc);
+        score(&self.model, x, comp.as_mut());
+        let mut buf = Vec::with_capacity(kc);
+        for i in 0..x.nrows() {
+            for k in 0..self.n_classes {
+                buf.clear();
+                buf.extend(
+                    (0..kc)
+                        .filter(|c| self.component_class[*c] == k)
+                        .map(|c| comp[(i, c)]),
+                );
+                out[(i, k)] = log_sum_exp(&buf);
+            }
+        }
+    }
+
     /// Number of components of each class.
     pub fn components_per_class(&self) -> Vec<usize> {
         let mut m = vec![0; self.n_classes];
@@ -83,10 +113,14 @@ impl<M: GenerativeClassifier> GenerativeClassifier for ComponentMixture<M> {
                 return Err(GenerativeError::EmptyClass { class: k });
             }
         }
-        if self.component_class.iter().any(|c| *c >= self.n_classes) {
+        // Sorted, as `new`'s callers build it: predictions with one component per class take
+        // the components as the classes in order.
+        if self.component_class.iter().any(|c| *c >= self.n_classes)
+            || !self.component_class.is_sorted()
+        {
             return Err(GenerativeError::InvalidParameter {
                 name: "component_class",
-                rule: "in 0..n_classes",
+                rule: "in 0..n_classes, in increasing order",
                 value: format!("{:?}", self.component_class),
             });
         }
@@ -95,27 +129,21 @@ impl<M: GenerativeClassifier> GenerativeClassifier for ComponentMixture<M> {
     fn check_input(&self, x: MatRef<'_, f64>) -> generative::Result<()> {
         self.model.check_input(x)
     }
-    fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
-        let kc = self.component_class.len();
-        if kc == self.n_classes {
-            // One component per class, in class order.
-            self.model.log_joint_chunk(x, out);
-            return;
-        }
-        let mut comp = Mat::<f64>::zeros(x.nrows(), kc);
-        self.model.log_joint_chunk(x, comp.as_mut());
-        let mut buf = Vec::with_capacity(kc);
-        for i in 0..x.nrows() {
-            for k in 0..self.n_classes {
-                buf.clear();
-                buf.extend(
-                    (0..kc)
-                        .filter(|c| self.component_class[*c] == k)
-                        .map(|c| comp[(i, c)]),
-                );
-                out[(i, k)] = log_sum_exp(&buf);
-            }
-        }
+    fn scores_reveal_bad_input(&self) -> bool {
+        // A class's log-sum-exp over several components can hide a NaN component (when every
+        // other one is −∞), so only the identity map keeps the model's guarantee.
+        self.component_class.len() == self.n_classes && self.model.scores_reveal_bad_input()
+    }
+    fn log_joint_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) {
+        self.by_class(x, out, |m, x, o| m.log_joint_chunk(x, o));
+    }
+    fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) {
+        // The model's scores differ from its joints by a constant per row that is the same for
+        // every component, so their log-sum-exp over a class's components differs from the
+        // class's joint by that constant too. Forwarding them keeps the model's own scores
+        // (LDA's linear discriminant: one product, and finite where the quadratic form of a row
+        // far from the data overflows to −∞ for every class).
+        self.by_class(x, out, |m, x, o| m.posterior_scores_chunk(x, o));
     }
     fn log_prior_penalty(&self) -> f64 {
         self.model.log_prior_penalty()

@@ -638,3 +638,116 @@ fn row_major_rows_give_the_bits_of_column_major_rows() {
     );
     assert!(a == b, "Bernoulli NB: row-major rows fit another model");
 }
+
+/// The mixture's posteriors are its model's: with one component per class they are the model's
+/// own bits (for LDA, through its linear discriminant), and with several they are the classes'
+/// log-sum-exp of the components' scores. A row far beyond the data, whose quadratic form
+/// overflows for every class, keeps LDA's one-hot posterior instead of becoming uniform.
+#[test]
+fn mixtures_use_their_models_posterior_scores() {
+    let s = seed000(2, 10);
+    let lda = GaussianParams::with_structure(CovarianceStructure::Tied)
+        .check()
+        .unwrap();
+    let one = SemiSupervisedEm::new(lda.clone(), EmParams::default())
+        .unwrap()
+        .fit(
+            s.x_labeled.as_ref(),
+            &s.y_labeled,
+            2,
+            s.x_unlabeled.as_ref(),
+        )
+        .unwrap();
+    let x = s.x_test.as_ref();
+    let bare = one.model.components();
+    assert_eq!(
+        one.model.predict_proba(x).unwrap(),
+        bare.predict_proba(x).unwrap()
+    );
+    // Far along the line between the class means, on either side: one-hot for the nearer mean.
+    let means = bare.means();
+    let far = Mat::from_fn(2, 2, |i, j| {
+        let direction = means[(1, j)] - means[(0, j)];
+        if i == 0 {
+            1e200 * direction
+        } else {
+            -1e200 * direction
+        }
+    });
+    let p = one.model.predict_proba(far.as_ref()).unwrap();
+    assert_eq!((p[(0, 1)], p[(0, 0)]), (1.0, 0.0), "{p:?}");
+    assert_eq!((p[(1, 0)], p[(1, 1)]), (1.0, 0.0), "{p:?}");
+    assert_eq!(one.model.predict(far.as_ref()).unwrap(), vec![1, 0]);
+
+    let two = SemiSupervisedEm::new(
+        lda,
+        EmParams {
+            components: Components::Uniform(2),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .fit(
+        s.x_labeled.as_ref(),
+        &s.y_labeled,
+        2,
+        s.x_unlabeled.as_ref(),
+    )
+    .unwrap();
+    let p = two.model.predict_proba(x).unwrap();
+    let joints = two.model.components().log_joint(x).unwrap();
+    for i in 0..x.nrows() {
+        let class = |k: usize| {
+            let (a, b) = (joints[(i, 2 * k)], joints[(i, 2 * k + 1)]);
+            a.max(b) + (-(a - b).abs()).exp().ln_1p()
+        };
+        let (j0, j1) = (class(0), class(1));
+        let p1 = 1.0 / (1.0 + (j0 - j1).exp());
+        assert!(
+            (p[(i, 1)] - p1).abs() < 1e-12,
+            "row {i}: {} vs {p1}",
+            p[(i, 1)]
+        );
+    }
+    // Far out, the component whose mean has the largest μ_cᵀ Σ⁻¹ x takes everything.
+    let components = two.model.components();
+    let l = components.cholesky(0);
+    let p = two.model.predict_proba(far.as_ref()).unwrap();
+    for i in 0..2 {
+        // Σ⁻¹ x by the two triangular solves of Σ = L Lᵀ.
+        let z0 = far[(i, 0)] / l[(0, 0)];
+        let z1 = (far[(i, 1)] - l[(1, 0)] * z0) / l[(1, 1)];
+        let y1 = z1 / l[(1, 1)];
+        let y0 = (z0 - l[(1, 0)] * y1) / l[(0, 0)];
+        let m = components.means();
+        let best = (0..4)
+            .max_by(|&a, &b| {
+                let score = |c: usize| m[(c, 0)] * y0 + m[(c, 1)] * y1;
+                score(a).total_cmp(&score(b))
+            })
+            .unwrap();
+        let class = two.model.component_class()[best];
+        assert_eq!(p[(i, class)], 1.0, "row {i}: {p:?}");
+    }
+
+    // Bad rows are still named, with one component per class and with several.
+    let mut bad = s.x_test.clone();
+    bad[(7, 1)] = f64::NAN;
+    for e in [
+        one.model.predict_proba(bad.as_ref()).unwrap_err(),
+        two.model.predict_proba(bad.as_ref()).unwrap_err(),
+    ] {
+        assert!(e.to_string().contains("row 7"), "{e}");
+    }
+}
+
+/// Components are kept sorted by class: with one component per class they are read as the
+/// classes in order, so a model that lists them otherwise is rejected, not misread.
+#[test]
+fn mixtures_reject_unsorted_component_classes() {
+    let s = seed000(2, 10);
+    let model = qda().fit(s.x_labeled.as_ref(), &s.y_labeled, 2).unwrap();
+    assert!(ComponentMixture::new(model.clone(), vec![0, 1], 2).is_ok());
+    let e = ComponentMixture::new(model, vec![1, 0], 2).unwrap_err();
+    assert!(e.to_string().contains("component_class"), "{e}");
+}
