@@ -136,7 +136,7 @@ std::thread_local! {
 /// Column j of `x` (n × d, any layout) into `out[j · stride..][..n]`, nothing else of `out`
 /// written: rows appended to a column-major matrix with room for `stride` rows (`out` starting
 /// at its first free row, so its last column may be shorter than `stride`). Row-major rows take
-/// [`transpose_rows`]. Panics when `out` is too short (shorter than `(d − 1) · stride + n`).
+/// `transpose_rows`. Panics when `out` is too short (shorter than `(d − 1) · stride + n`).
 pub fn copy_rows_to_columns(x: MatRef<'_, f64>, out: &mut [f64], stride: usize) {
     let (n, d) = (x.nrows(), x.ncols());
     if n == 0 || d == 0 {

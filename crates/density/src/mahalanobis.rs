@@ -57,7 +57,7 @@ pub fn gaussian_log_density(
 /// out through a call; at d = 2, K = 10, QDA's log joints into a kept output took 9.4 ms
 /// against LDA's 4.9 ms, `perf` putting 36% of the samples in that copy. Up to 3 columns, when
 /// `x`'s and `out`'s columns are contiguous, rows go through registers instead of blocks
-/// ([`small_classes`]), with the same bits.
+/// (`small_classes`), with the same bits.
 pub fn gaussian_log_densities(
     x: MatRef<'_, f64>,
     means: &[f64],

@@ -107,9 +107,9 @@ fn column_moments<S: Simd>(simd: S, w: Option<&[f64]>, total: f64, col: &[f64]) 
 ///
 /// Why: one class at a time reads the whole block once per class and pass; a block of 4096 rows
 /// at d = 64 (2 MB) is larger than the L2 of either host, so at K = 10 the M-step of diagonal EM
-/// read it 20 times from L3. Here rows are taken [`MOMENTS_BLOCK_ROWS`] at a time, and each
+/// read it 20 times from L3. Here rows are taken `MOMENTS_BLOCK_ROWS` at a time, and each
 /// column's piece (in L1) serves every class before the next is read; every class and column
-/// keeps its own [`PARTIAL_SUMS`] partial sums across the pieces, so each lane adds the same
+/// keeps its own `PARTIAL_SUMS` partial sums across the pieces, so each lane adds the same
 /// terms in the same order as [`weighted_sum`] and [`weighted_sum_sq`].
 pub fn diagonal_moments_each(
     x: MatRef<'_, f64>,
@@ -430,8 +430,8 @@ pub fn grouped_sums_and_counts(
 
 /// Each group's number of rows: `counts[g]` = how many of `groups` equal g, for g < `k` (others
 /// are not counted). With AVX-512 and up to 255 groups, byte comparisons of 64 labels
-/// ([`byte_counts`]); otherwise one comparison pass per group with the CPU's widest SIMD, or
-/// tallies ([`group_counts_by_words`]), rather than `counts[g] += 1`, whose steps wait on each
+/// (`byte_counts`); otherwise one comparison pass per group with the CPU's widest SIMD, or
+/// tallies (`group_counts_by_words`), rather than `counts[g] += 1`, whose steps wait on each
 /// other's stores when neighbouring rows share a group. Why the dispatch: as a plain loop it
 /// was SSE2 code, which has no 64-bit comparison (three instructions per pair of labels), about
 /// an eighth of an LDA fit at d = 2, K = 2.
@@ -442,8 +442,8 @@ pub fn group_counts(groups: &[usize], k: usize) -> Vec<usize> {
 }
 
 /// [`group_counts`] into `counts` (one per group, every value replaced), for a caller that keeps
-/// them on the stack. With AVX-512 and up to 255 groups, [`byte_counts`]; otherwise
-/// [`group_counts_by_words`].
+/// them on the stack. With AVX-512 and up to 255 groups, `byte_counts`; otherwise
+/// `group_counts_by_words`.
 pub fn group_counts_into(groups: &[usize], counts: &mut [usize]) {
     if !byte_counts(groups, counts) {
         group_counts_by_words(groups, counts);
@@ -604,7 +604,7 @@ pub fn grouped_counts_above(
 
 /// [`grouped_counts_above`] (the same counts, the same return), and each group's number of rows
 /// in `groups` into `counts` (one per group, every value replaced, as [`group_counts_into`]).
-/// With AVX-512, up to 255 groups and contiguous columns, [`counts_above_by_bytes`]; otherwise
+/// With AVX-512, up to 255 groups and contiguous columns, `counts_above_by_bytes`; otherwise
 /// [`group_counts_into`] and [`grouped_counts_above`].
 pub fn grouped_counts_above_and_counts(
     x: MatRef<'_, f64>,

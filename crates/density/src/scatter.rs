@@ -778,8 +778,8 @@ impl RowBlock {
     /// [`RowBlock::weighted_mean_and_scatter`] for each of `classes` (weights, total, and where
     /// its mean and scatter go), each with the bits of that call alone, the block read once for
     /// a group of classes rather than once per class: their means four classes per read of a
-    /// pass of rows ([`class_means`]), their scatters a pass of rows at a time for the whole group
-    /// ([`tiles_each`]). The block is not changed.
+    /// pass of rows (`class_means`), their scatters a pass of rows at a time for the whole group
+    /// (`tiles_each`). The block is not changed.
     pub fn weighted_means_and_scatters(
         &mut self,
         classes: &mut [ClassMoments<'_>],
@@ -816,7 +816,7 @@ impl RowBlock {
     /// is the pairwise form of a weighted variance), one scatter instead of K. Both terms are
     /// sums of positive semi-definite pieces, each centred before any product: no difference of
     /// large sums, unlike Σ w y yᵀ − N m mᵀ (scikit-learn's tied `GaussianMixture`), so it keeps
-    /// the accuracy of the per-class two-pass form. Weights below [`NEGLIGIBLE_WEIGHT`] of their
+    /// the accuracy of the per-class two-pass form. Weights below `NEGLIGIBLE_WEIGHT` of their
     /// class's total are read as zero, as by the per-class kernel. The block is not changed.
     pub fn pooled_scatter(
         &mut self,

@@ -5,7 +5,7 @@
 //! column-major buffer per chunk and worker, on every pass: an EM iteration on 1e6 × 16 rows
 //! cost 1.2–1.25× one on column-major rows (BENCHMARKS.md), and on wide data each worker's copy
 //! of a 4096-row chunk was 32 MB at d = 1000, held for the process's life. Here the parser's
-//! rows are staged row-major a piece at a time ([`Staged`]) and transposed once into the
+//! rows are staged row-major a piece at a time (`Staged`) and transposed once into the
 //! columns as each piece is appended.
 //!
 //! Labels are kept as an index per row into a table of the distinct labels ([`LabelTable`]):
