@@ -1412,6 +1412,12 @@ impl GenerativeClassifier for GaussianClassifier {
         true
     }
 
+    fn ranks_far_rows_when_scaled(&self) -> bool {
+        // Far out, every score is dominated by −½ of a quadratic form in the row (or, for a
+        // shared covariance, by the linear discriminant).
+        true
+    }
+
     fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         // Shared covariance: ln p(x, k) = xᵀ w_k + w_k0 − ½ xᵀ Σ⁻¹ x + const, and the last two
         // terms do not depend on k. (W costs d²K per chunk against the product's 2·4096·d·K.)

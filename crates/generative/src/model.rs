@@ -249,6 +249,17 @@ pub trait GenerativeClassifier: Send + Sync {
         false
     }
 
+    /// Whether a row's posterior scores, far from the data, are ranked by a term that grows
+    /// with the row's scale (a Gaussian's quadratic form, or LDA's linear one), and every score
+    /// of a finite row is finite unless it overflows, so that a finite row with a non-finite
+    /// score (−∞, or an ∞ or NaN from ∞ − ∞) ranks the classes as
+    /// the same row scaled down by powers of two does. Posteriors then give such rows to the
+    /// classes that rank first (`rescore_far_rows`) instead of calling them uniform. False
+    /// by default.
+    fn ranks_far_rows_when_scaled(&self) -> bool {
+        false
+    }
+
     /// `out[(i, k)] = ln p(x_i, y = k)` for a chunk of already-checked rows, sequentially.
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>);
 
@@ -350,7 +361,9 @@ pub trait GenerativeClassifier: Send + Sync {
         log_joint_pass_then(self, x, out, what, check, |_, _| ()).map(|_| ())
     }
 
-    /// ln p(y = k | x_i) (n × K). Never NaN: a row whose joint is −∞ for every class is uniform.
+    /// ln p(y = k | x_i) (n × K). Finite: a row whose joint is −∞ for every class is uniform
+    /// (unless the model [ranks far rows](Self::ranks_far_rows_when_scaled)), and a log
+    /// posterior below f64's range is −f64::MAX.
     fn predict_log_proba(&self, x: MatRef<'_, f64>) -> Result<Mat<f64>> {
         self.log_joint_then(x, Posterior::LogProbability)
     }
@@ -577,13 +590,101 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
             model.posterior_scores_chunk(xc, chunk.as_mut())
         }
     }
-    if by_scores && check_finite_rows(chunk.as_ref(), 0).is_err() {
-        model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
+    let mut all_finite = None;
+    if by_scores {
+        all_finite = Some(check_finite_rows(chunk.as_ref(), 0).is_ok());
+        if all_finite == Some(false) {
+            model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
+        }
+    }
+    let posterior = !matches!(what, Posterior::Joint | Posterior::JointLessShared);
+    if posterior
+        && model.ranks_far_rows_when_scaled()
+        && !all_finite.unwrap_or_else(|| check_finite_rows(chunk.as_ref(), 0).is_ok())
+    {
+        rescore_far_rows(model, xc, chunk.as_mut());
     }
     if matches!(what, Posterior::LogProbability | Posterior::Probability) {
         normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
     }
     Ok(())
+}
+
+/// Scales of the rows that [`rescore_far_rows`] tries, as powers of two: each step divides the
+/// row by 2^256, and four steps bring the largest f64 to about 1.
+const FAR_ROW_STEP: i32 = 256;
+const FAR_ROW_STEPS: i32 = 4;
+/// A finite score this large (2^900, about 8e270) beside a −∞ marks a row that is far out.
+const FAR_SCORE: f64 = 8.452712498170644e270;
+
+/// Posterior scores for the rows of a chunk whose scores overflowed although their values are
+/// finite (every score −∞; an ∞ or NaN; or a −∞ beside scores beyond 2^900), for a model that
+/// [`ranks_far_rows_when_scaled`](GenerativeClassifier::ranks_far_rows_when_scaled).
+///
+/// Why: such a row lies about 1e154 σ or more from every class, where ln p(x, k) is below f64's
+/// range for every k, yet the classes' ranking is plain: the one whose quadratic form grows
+/// slowest along the row takes all of the posterior. Calling the row uniform, as the
+/// normalisation of an all −∞ row does, would be a confident wrong answer for a half of it.
+///
+/// The row is scaled by 2^-256 until its scores s_k are finite (at most four times). The
+/// scores of the row itself are then (s_k − max_j s_j) · 2^(512 t) for t steps (the square of
+/// the scale, at least the growth of every score), which is 0 for the classes that rank first
+/// and below −f64::MAX, so clamped to it, for every other class that differs by more than about
+/// 1e-154·t: the posterior is one-hot (shared equally on a tie), and log-posteriors stay finite.
+/// Rows that stay non-finite at every scale (NaN input, in an unchecked pass) are left alone.
+fn rescore_far_rows<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    xc: MatRef<'_, f64>,
+    mut chunk: MatMut<'_, f64>,
+) {
+    let (d, k) = (xc.ncols(), chunk.ncols());
+    let overflowed = |row: &[f64]| {
+        let (mut artifact, mut minus_infinite, mut largest) = (false, 0, 0.0f64);
+        for &v in row {
+            if v == f64::NEG_INFINITY {
+                minus_infinite += 1;
+            } else if v.is_finite() {
+                largest = largest.max(v.abs());
+            } else {
+                artifact = true;
+            }
+        }
+        // A −∞ beside finite scores is a class far below the others (a quadratic form past
+        // f64's range: a class of tiny variance), unless the finite scores are near that range
+        // too; then it may be a partial sum's overflow (LDA's at 1e308).
+        artifact || minus_infinite == row.len() || minus_infinite > 0 && largest >= FAR_SCORE
+    };
+    let mut row = vec![0.0; k];
+    let mut y = Mat::<f64>::zeros(1, d);
+    let mut scores = Mat::<f64>::zeros(1, k);
+    let step = 2f64.powi(-FAR_ROW_STEP);
+    let growth = 2f64.powi(2 * FAR_ROW_STEP);
+    for i in 0..chunk.nrows() {
+        row.iter_mut()
+            .enumerate()
+            .for_each(|(c, v)| *v = chunk[(i, c)]);
+        if !overflowed(&row) {
+            continue;
+        }
+        (0..d).for_each(|j| y[(0, j)] = xc[(i, j)]);
+        for t in 1..=FAR_ROW_STEPS {
+            (0..d).for_each(|j| y[(0, j)] *= step);
+            model.posterior_scores_chunk(y.as_ref(), scores.as_mut());
+            (0..k).for_each(|c| row[c] = scores[(0, c)]);
+            if overflowed(&row) {
+                continue;
+            }
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            for c in 0..k {
+                let mut v = row[c] - max;
+                for _ in 0..t {
+                    v *= growth;
+                }
+                chunk[(i, c)] = v.max(-f64::MAX);
+            }
+            break;
+        }
+    }
 }
 
 /// What [`GenerativeClassifier::log_joint_into`] writes.
@@ -620,7 +721,7 @@ const NORMALIZE_BLOCK: usize = 128;
 ///
 /// With `log_normalizer_sum`, also adds Σ_i ln Σ_k exp(m[i, k]) over the chunk's rows to it
 /// (EM's objective), a row whose entries are all −∞ counting as −f64::MAX. The logarithms are
-/// taken of products of the rows' sums over groups of rows ([`log_sum_of_rows`]), not one per row.
+/// taken of products of the rows' sums over groups of rows (`log_sum_of_rows`), not one per row.
 pub fn normalize_chunk(
     m: MatMut<'_, f64>,
     probability: bool,
@@ -726,7 +827,11 @@ fn normalize_block(
         // Counted above; out of the product below (its shift is 0).
         sum[i] = 1.0;
         for j in 0..k {
-            m[(i, j)] = if probability { row[j].exp() } else { row[j] };
+            m[(i, j)] = if probability {
+                row[j].exp()
+            } else {
+                row[j].max(-f64::MAX)
+            };
         }
     }
     if let Some(total) = log_normalizer_sum {
@@ -840,7 +945,9 @@ fn exponentiate_and_normalize(
                 .zip(shift.iter())
                 .zip(tmp.iter())
             {
-                *v = (*v - mx) - ls;
+                // Below f64's range (scores 1e308 apart) is −f64::MAX: finite, as a log
+                // posterior should be.
+                *v = ((*v - mx) - ls).max(-f64::MAX);
             }
         }
     }

@@ -2292,3 +2292,82 @@ fn large_statistics_are_folded_in_fewer_runs_with_the_same_bits() {
     let chunks = 1_000_000usize.div_ceil(CHUNK_ROWS);
     assert_eq!(run_length(chunks, ten, 1_000_000 * d * 8), 8);
 }
+
+/// A finite row so far from every class that its Gaussian scores overflow (about 1e154 σ for a
+/// quadratic form, 1e308 for LDA's linear one) goes to the class that the same direction gives
+/// nearer in, at 1e60, where every score is finite and the posterior is already one-hot: not to
+/// the uniform posterior of an all −∞ row. Log-posteriors stay finite.
+#[test]
+fn rows_beyond_f64s_range_of_scores_rank_as_the_same_direction_nearer_in() {
+    let (x, y) = gaussian_data(600, 3, 3, 11);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let directions = Mat::from_fn(60, 3, |_, _| -> f64 { StandardNormal.sample(&mut rng) });
+    for s in structures() {
+        let model = fit_gaussian(s, &x, &y, 3);
+        for scale in [1e200, 1e300, 1.7e308] {
+            // Clamped to f64's range, so the nearer row is scaled from the far one.
+            let far = Mat::from_fn(60, 3, |i, j| {
+                (scale * directions[(i, j)]).clamp(-f64::MAX, f64::MAX)
+            });
+            let near = Mat::from_fn(60, 3, |i, j| far[(i, j)] / scale * 1e60);
+            let expected = model.predict_proba(near.as_ref()).unwrap();
+            let p = model.predict_proba(far.as_ref()).unwrap();
+            let log_p = model.predict_log_proba(far.as_ref()).unwrap();
+            let classes = model.predict(far.as_ref()).unwrap();
+            for i in 0..60 {
+                let winner = (0..3).find(|&k| expected[(i, k)] == 1.0);
+                assert!(winner.is_some(), "{s:?}: row {i} is not one-hot at 1e60");
+                for k in 0..3 {
+                    assert_eq!(
+                        p[(i, k)],
+                        expected[(i, k)],
+                        "{s:?} at {scale:e}: row {i}: {:?}, joints nearer in {:?}",
+                        (0..3).map(|j| far[(i, j)]).collect::<Vec<_>>(),
+                        model.log_joint(near.subrows(i, 1)).unwrap()
+                    );
+                    assert!(log_p[(i, k)].is_finite(), "{s:?} at {scale:e}: row {i}");
+                }
+                assert_eq!(Some(classes[i]), winner, "{s:?} at {scale:e}: row {i}");
+            }
+        }
+    }
+}
+
+/// A −∞ score beside moderate ones is a class far below the others (here a class of variance
+/// 1e-300, whose quadratic form overflows 1e4 away), not an overflow to rescore: the other two
+/// classes keep their soft posterior, from their own log joints.
+#[test]
+fn a_class_of_tiny_variance_does_not_make_near_rows_far() {
+    let n = 90;
+    let y: Vec<usize> = (0..n).map(|i| i % 3).collect();
+    let x = Mat::from_fn(n, 1, |i, _| {
+        let u = ((i * 7919) % 13) as f64 / 6.0 - 1.0;
+        match y[i] {
+            0 => u * 1e-150,
+            1 => 1e4 + u,
+            _ => 1e4 + 1.0 + u,
+        }
+    });
+    for s in [CovarianceStructure::Full, CovarianceStructure::Diagonal] {
+        let model = GaussianParams {
+            structure: s,
+            reg: 0.0,
+            var_smoothing: 0.0,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, 3)
+        .unwrap();
+        let rows = faer::mat![[1e4 + 0.5], [1e4 + 0.3]];
+        let p = model.predict_proba(rows.as_ref()).unwrap();
+        let joints = model.log_joint(rows.as_ref()).unwrap();
+        for i in 0..2 {
+            assert_eq!(joints[(i, 0)], f64::NEG_INFINITY, "{s:?}");
+            let p1 = 1.0 / (1.0 + (joints[(i, 2)] - joints[(i, 1)]).exp());
+            assert_eq!(p[(i, 0)], 0.0, "{s:?}");
+            assert!((p[(i, 1)] - p1).abs() < 1e-12, "{s:?}: {p:?} against {p1}");
+            assert!(p1 > 0.3 && p1 < 0.7, "{s:?}: {p1}");
+        }
+    }
+}

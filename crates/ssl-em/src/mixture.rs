@@ -134,6 +134,10 @@ impl<M: GenerativeClassifier> GenerativeClassifier for ComponentMixture<M> {
         // other one is −∞), so only the identity map keeps the model's guarantee.
         self.component_class.len() == self.n_classes && self.model.scores_reveal_bad_input()
     }
+    fn ranks_far_rows_when_scaled(&self) -> bool {
+        // A class's log-sum-exp is ranked by its largest component's score.
+        self.model.ranks_far_rows_when_scaled()
+    }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) {
         self.by_class(x, out, |m, x, o| m.log_joint_chunk(x, o));
     }
