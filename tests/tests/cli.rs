@@ -705,6 +705,98 @@ fn failed_fit_leaves_an_existing_output_untouched() {
     );
 }
 
+/// An output that is one of the command's inputs (under another spelling, or through a link)
+/// is refused before any work, and the input is kept; before, `fit --out d.csv --data d.csv`
+/// replaced the training data with the model. A missing output directory is named as such.
+#[test]
+fn outputs_never_replace_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    std::os::unix::fs::symlink(dir.path().join("d.csv"), dir.path().join("link.csv")).unwrap();
+    let model = std::fs::read_to_string(dir.path().join("m.json")).unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "fit", "--model", "lda", "--data", "d.csv", "--label", "y", "--out", "./d.csv",
+            ],
+            "--out ./d.csv is the --data file (d.csv)",
+        ),
+        (
+            &[
+                "fit", "--model", "lda", "--data", "link.csv", "--label", "y", "--out", "d.csv",
+            ],
+            "--out d.csv is the --data file (link.csv)",
+        ),
+        (
+            &[
+                "predict", "--model", "m.json", "--data", "d.csv", "--out", "d.csv",
+            ],
+            "--out d.csv is the --data file",
+        ),
+        (
+            &[
+                "predict", "--model", "m.json", "--data", "d.csv", "--out", "m.json",
+            ],
+            "--out m.json is the --model file",
+        ),
+        (
+            &[
+                "plot", "--model", "m.json", "--data", "d.csv", "--out", "d.csv",
+            ],
+            "--out d.csv is the --data file",
+        ),
+    ];
+    for (args, message) in cases {
+        let r = run_in(dir.path(), args, None);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(message), "{args:?}: {}", r.stderr);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("d.csv")).unwrap(),
+            GOOD
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("m.json")).unwrap(),
+            model
+        );
+    }
+    // Refitting over a model, or predicting over an earlier output, is fine.
+    for args in [
+        &[
+            "fit", "--model", "lda", "--data", "d.csv", "--label", "y", "--out", "m.json", "-q",
+        ][..],
+        &[
+            "predict", "--model", "m.json", "--data", "d.csv", "--out", "p.csv",
+        ][..],
+        &[
+            "predict", "--model", "m.json", "--data", "d.csv", "--out", "p.csv",
+        ][..],
+    ] {
+        let r = run_in(dir.path(), args, None);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    }
+    let r = run_in(
+        dir.path(),
+        &[
+            "predict",
+            "--model",
+            "m.json",
+            "--data",
+            "d.csv",
+            "--out",
+            "no/such/dir/p.csv",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains(
+            "no/such/dir/p.csv: cannot write: the directory 'no/such/dir' does not exist"
+        ),
+        "{}",
+        r.stderr
+    );
+}
+
 fn fitted(dir: &Path) {
     write(dir, "d.csv", GOOD);
     let r = run_in(

@@ -970,6 +970,45 @@ fn csv_error(source: &str, e: csv::Error, line: Option<u64>) -> CliError {
     }
 }
 
+/// An error when `out` names the same existing file as one of `inputs` (flag, path): through
+/// another spelling of its path, a symbolic link or (on Unix) a hard link. `-` (standard input)
+/// is never a file here.
+pub fn refuse_to_overwrite_inputs(out: &str, inputs: &[(&str, &String)]) -> Result<()> {
+    let Ok(out_meta) = std::fs::metadata(out) else {
+        // Nothing there yet, so nothing to lose.
+        return Ok(());
+    };
+    for (flag, input) in inputs {
+        if input.as_str() == "-" {
+            continue;
+        }
+        let Ok(in_meta) = std::fs::metadata(input) else {
+            continue;
+        };
+        if same_file(out, &out_meta, input, &in_meta) {
+            return Err(CliError::Usage(format!(
+                "--out {out} is the {flag} file ({input}); writing there would replace it. \
+                 Choose another output path"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn same_file(_: &str, a: &std::fs::Metadata, _: &str, b: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    (a.dev(), a.ino()) == (b.dev(), b.ino())
+}
+
+#[cfg(not(unix))]
+fn same_file(a: &str, _: &std::fs::Metadata, b: &str, _: &std::fs::Metadata) -> bool {
+    matches!(
+        (std::fs::canonicalize(a), std::fs::canonicalize(b)),
+        (Ok(a), Ok(b)) if a == b
+    )
+}
+
 /// Writes `contents` to `path` atomically: a temporary file in the same directory, then rename.
 /// On failure nothing is left behind and an existing file is untouched.
 pub fn write_atomic(path: &str, contents: &[u8]) -> Result<()> {
@@ -979,6 +1018,13 @@ pub fn write_atomic(path: &str, contents: &[u8]) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
     };
+    if !dir.is_dir() {
+        // Said plainly: the temporary file's error would name a random file in that directory.
+        return Err(CliError::Data(format!(
+            "{path}: cannot write: the directory '{}' does not exist",
+            dir.display()
+        )));
+    }
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| CliError::io(path, e))?;
     tmp.write_all(contents).map_err(|e| CliError::io(path, e))?;
     tmp.as_file()

@@ -60,6 +60,27 @@ fn dispatch(cli: &Cli) -> Result<()> {
             .build_global()
             .map_err(|e| CliError::Usage(format!("--threads: {e}")))?;
     }
+    // An output that is one of the command's inputs would replace the user's data (or model)
+    // with the result: `fit --out train.csv` is one slip away from `--data train.csv`.
+    let (out, inputs): (Option<&String>, Vec<(&str, &String)>) = match &cli.command {
+        Command::Fit(a) => {
+            let mut inputs = vec![("--data", &a.data)];
+            inputs.extend(a.unlabeled.as_ref().map(|u| ("--unlabeled", u)));
+            (Some(&a.out), inputs)
+        }
+        Command::Predict(a) => (
+            a.out.as_ref(),
+            vec![("--model", &a.model), ("--data", &a.data)],
+        ),
+        Command::Plot(a) => (
+            Some(&a.out),
+            vec![("--model", &a.model), ("--data", &a.data)],
+        ),
+        Command::Eval(_) | Command::Inspect(_) | Command::Demo(_) => (None, Vec::new()),
+    };
+    if let Some(out) = out {
+        data::refuse_to_overwrite_inputs(out, &inputs)?;
+    }
     match &cli.command {
         Command::Fit(a) => fit::fit(a, cli.quiet),
         Command::Predict(a) => apply::predict(a),
