@@ -357,6 +357,15 @@ where
     results.into_iter().collect()
 }
 
+/// Whether [`fold_chunks_by_label_with`] cuts every one of `sets` into runs of one chunk, so
+/// that its results are [`map_chunks_by_label_with`]'s (one per chunk).
+pub fn runs_of_one_chunk(sets: &[WeightedRows<'_>], shape: Runs) -> bool {
+    sets.iter().all(|set| {
+        let chunks = set.x.nrows().div_ceil(CHUNK_ROWS);
+        run_length(chunks, shape, set.x.nrows() * set.x.ncols() * 8) == 1
+    })
+}
+
 /// The fewest runs [`fold_chunks_by_label_with`] cuts a set of at least as many chunks into.
 pub const MIN_RUNS: usize = 32;
 

@@ -2371,3 +2371,91 @@ fn a_class_of_tiny_variance_does_not_make_near_rows_far() {
         }
     }
 }
+
+/// Naive Bayes counts with many classes are folded in runs whose counts fit in the partials'
+/// budget, as the Gaussian statistics are, with the same bits on 1 and 2 threads and in the
+/// split fit; before, every chunk's K × (d + 1) counts were kept until the end (at K = 20,000,
+/// d = 64, 10 MB a chunk: more than the chunk's own 2 MB of data).
+#[test]
+fn counts_of_many_classes_are_folded_in_fewer_runs_with_the_same_bits() {
+    use generative::parallel::{CHUNK_ROWS, PARTIALS_BUDGET, run_length};
+    use generative::split::fold_split;
+    let (d, k, n) = (64, 20_000, 9 * CHUNK_ROWS);
+    let y: Vec<usize> = (0..n).map(|i| (i * 7) % k).collect();
+    let x = Mat::from_fn(n, d, |i, j| ((i * 31 + j * 17) % 5) as f64);
+    let spec = MultinomialNbParams::default().check().unwrap();
+    let split = spec.split().unwrap();
+    let shape = split.runs(d, k);
+    let chunks = n.div_ceil(CHUNK_ROWS);
+    let run = run_length(chunks, shape, n * d * 8);
+    assert!(run > 1, "{run}");
+    assert!(chunks.div_ceil(run) * shape.partial_bytes <= PARTIALS_BUDGET);
+    let sets = [WeightedRows::labeled(x.as_ref(), &y, k)];
+    let runs = fold_split(split, &sets).unwrap();
+    assert_eq!(runs.len(), chunks.div_ceil(run));
+    let one = on_threads(1, || spec.fit(x.as_ref(), &y, k).unwrap());
+    let two = on_threads(2, || spec.fit(x.as_ref(), &y, k).unwrap());
+    assert_eq!(one, two, "1 and 2 threads");
+    assert_eq!(split.finish(runs, d, k).unwrap(), one, "split fit");
+    // Class 3's smoothed log-probabilities from its counts, summed directly.
+    let theta = one.feature_log_prob();
+    let counts: Vec<f64> = (0..d)
+        .map(|j| (0..n).filter(|&i| y[i] == 3).map(|i| x[(i, j)]).sum())
+        .collect();
+    let total: f64 = counts.iter().sum::<f64>() + d as f64;
+    for j in 0..d {
+        let expected = ((counts[j] + 1.0) / total).ln();
+        assert!((theta[(3, j)] - expected).abs() < 1e-12, "feature {j}");
+    }
+    // Ten classes keep runs of one chunk.
+    assert_eq!(run_length(chunks, split.runs(d, 10), n * d * 8), 1);
+}
+
+/// Categorical NB with a feature of many categories: its per-chunk counts (K × 50,001 values,
+/// 4 MB) are folded in runs within the partials' budget, and the model still has the counts'
+/// exact probabilities, with the same bits on 1 and 2 threads and from labels (counted one row
+/// at a time) as from their one-hot responsibilities (weighted sums over every class).
+#[test]
+fn categorical_counts_of_many_categories_fit_exactly_in_runs() {
+    use generative::parallel::CHUNK_ROWS;
+    let (k, n) = (10, 20 * CHUNK_ROWS);
+    let y: Vec<usize> = (0..n).map(|i| (i * 3) % k).collect();
+    let x = Mat::from_fn(n, 2, |i, j| {
+        if j == 0 {
+            ((i * 7919) % 50_001) as f64
+        } else {
+            (i % 3) as f64
+        }
+    });
+    let spec = CategoricalNbParams::default().check().unwrap();
+    let one = on_threads(1, || spec.fit(x.as_ref(), &y, k).unwrap());
+    let two = on_threads(2, || spec.fit(x.as_ref(), &y, k).unwrap());
+    assert_eq!(one, two, "1 and 2 threads");
+    assert_eq!(one.n_categories(), &[50_001, 3]);
+    // Labels count each row once, as their one-hot responsibilities weight it (exactly).
+    let weighted = spec
+        .fit_weighted(x.as_ref(), one_hot(&y, k).unwrap().as_ref())
+        .unwrap();
+    assert_eq!(weighted, one, "labels against one-hot responsibilities");
+    // Log joints of a few rows from the counts, taken directly (α = 1).
+    let rows = Mat::from_fn(4, 2, |i, j| x[(i * 977, j)]);
+    let joints = one.log_joint(rows.as_ref()).unwrap();
+    for r in 0..4 {
+        for c in 0..k {
+            let in_class: Vec<usize> = (0..n).filter(|&i| y[i] == c).collect();
+            let mut expected = (in_class.len() as f64 / n as f64).ln();
+            for (j, m) in [(0, 50_001.0), (1, 3.0)] {
+                let count = in_class
+                    .iter()
+                    .filter(|&&i| x[(i, j)] == rows[(r, j)])
+                    .count();
+                expected += ((count as f64 + 1.0) / (in_class.len() as f64 + m)).ln();
+            }
+            assert!(
+                (joints[(r, c)] - expected).abs() < 1e-10,
+                "row {r}, class {c}: {} against {expected}",
+                joints[(r, c)]
+            );
+        }
+    }
+}
