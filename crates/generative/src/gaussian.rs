@@ -968,10 +968,23 @@ impl Checked<GaussianParams> {
         }
         let total: f64 = class_weights.iter().sum();
         let log_priors = self.priors.log_priors(&class_weights)?;
-        let mut covs: Vec<Mat<f64>> = stats
-            .iter()
-            .map(|s| s.covariance())
-            .collect::<density::Result<_>>()?;
+        // Diagonal structures need each class's variances alone: a d × d covariance a class
+        // was 655 MB at K = 20,000, d = 64 (the same values: scatter over weight).
+        let diagonal = self.structure.is_diagonal();
+        let mut covs: Vec<Mat<f64>> = match diagonal {
+            true => Vec::new(),
+            false => stats
+                .iter()
+                .map(|s| s.covariance())
+                .collect::<density::Result<_>>()?,
+        };
+        let variances: Vec<Vec<f64>> = match diagonal {
+            true => stats
+                .iter()
+                .map(|s| s.variances())
+                .collect::<density::Result<_>>()?,
+            false => Vec::new(),
+        };
 
         if let Some(shrinkage) = self.shrinkage {
             match shrinkage {
@@ -1053,9 +1066,9 @@ impl Checked<GaussianParams> {
             }
             CovarianceStructure::Diagonal => {
                 let mut f = Vec::with_capacity(k * d);
-                for (c, cov) in covs.iter().enumerate() {
-                    for j in 0..d {
-                        let v = cov[(j, j)] + epsilon;
+                for (c, var) in variances.iter().enumerate() {
+                    for (j, var) in var.iter().enumerate() {
+                        let v = var + epsilon;
                         if v <= 0.0 {
                             return Err(GenerativeError::ZeroVariance {
                                 class: c,
@@ -1069,8 +1082,8 @@ impl Checked<GaussianParams> {
             }
             CovarianceStructure::Spherical => {
                 let mut f = Vec::with_capacity(k);
-                for (c, cov) in covs.iter().enumerate() {
-                    let v = (0..d).map(|j| cov[(j, j)]).sum::<f64>() / d as f64 + epsilon;
+                for (c, var) in variances.iter().enumerate() {
+                    let v = var.iter().sum::<f64>() / d as f64 + epsilon;
                     if v <= 0.0 {
                         return Err(GenerativeError::ZeroVariance {
                             class: c,
@@ -1084,10 +1097,10 @@ impl Checked<GaussianParams> {
             CovarianceStructure::TiedDiagonal => {
                 let mut f = Vec::with_capacity(d);
                 for j in 0..d {
-                    let v = covs
+                    let v = variances
                         .iter()
                         .zip(&class_weights)
-                        .map(|(c, w)| c[(j, j)] * w / total)
+                        .map(|(var, w)| var[j] * w / total)
                         .sum::<f64>()
                         + epsilon;
                     if v <= 0.0 {
