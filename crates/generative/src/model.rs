@@ -394,31 +394,63 @@ pub trait GenerativeClassifier: Send + Sync {
 
 /// `f` of each chunk's `what` (a checked pass, chunks of [`CHUNK_ROWS`] rows), in chunk order:
 /// each chunk is written into a buffer its worker reuses and reduced while in cache, so no
-/// n × K output is written ([`log_joint_pass_fold`] without one, in runs of one chunk).
-fn map_scored_chunks<M, T, F>(
+/// n × K output is written ([`log_joint_pass_fold`] without one, in runs of one chunk). With
+/// more than [`SCORED_BLOCK_MAX_CLASSES`] classes, a chunk is scored and reduced in blocks of
+/// rows whose scores take at most as much room as that many classes' chunk: the buffer of a
+/// whole chunk at K = 20,000 is 655 MB a worker. Each row's scores are the same bits alone,
+/// in a block or in the whole chunk, so `f`'s results are too.
+fn map_scored_chunks<M, U, F>(
     model: &M,
     x: MatRef<'_, f64>,
     what: Posterior,
     f: F,
-) -> Result<Vec<T>>
+) -> Result<Vec<Vec<U>>>
 where
     M: GenerativeClassifier + ?Sized,
-    T: Send,
-    F: Fn(MatRef<'_, f64>) -> T + Sync,
+    U: Send,
+    F: Fn(MatRef<'_, f64>) -> Vec<U> + Sync,
 {
-    log_joint_pass_fold(
-        model,
-        x,
-        None,
-        what,
-        true,
-        // Runs of one chunk: each chunk's result on its own (there is nothing to fold).
-        Runs::ONE_CHUNK,
-        || (),
-        |_, _, _, chunk| f(chunk.as_ref()),
-        |_, _| {},
-    )
+    let k = model.n_classes();
+    if k <= SCORED_BLOCK_MAX_CLASSES {
+        return log_joint_pass_fold(
+            model,
+            x,
+            None,
+            what,
+            true,
+            // Runs of one chunk: each chunk's result on its own (there is nothing to fold).
+            Runs::ONE_CHUNK,
+            || (),
+            |_, _, _, chunk| f(chunk.as_ref()),
+            |_, _| {},
+        );
+    }
+    check_features(model, x)?;
+    let block = (CHUNK_ROWS * SCORED_BLOCK_MAX_CLASSES / k).max(8);
+    let chunks: Vec<usize> = (0..x.nrows().div_ceil(CHUNK_ROWS)).collect();
+    let parts: Vec<Result<Vec<U>>> = run_indexed_with(chunks, Mat::<f64>::new, |own, _, c| {
+        let r0 = c * CHUNK_ROWS;
+        let b = CHUNK_ROWS.min(x.nrows() - r0);
+        let mut results = Vec::with_capacity(b);
+        for s0 in (0..b).step_by(block) {
+            let len = block.min(b - s0);
+            if own.nrows() < len {
+                *own = Mat::zeros(block, k);
+            }
+            let mut scores = own.as_mut().subrows_mut(0, len);
+            density::block::with_column_major(x.subrows(r0 + s0, len), |xc| {
+                fill_laid_out_chunk(model, xc, r0 + s0, scores.as_mut(), what, true)
+            })?;
+            results.extend(f(scores.as_ref()));
+        }
+        Ok(results)
+    });
+    parts.into_iter().collect()
 }
+
+/// Classes up to which [`map_scored_chunks`] scores whole chunks (a worker's buffer of
+/// 4096 × 256 values is 8 MB).
+const SCORED_BLOCK_MAX_CLASSES: usize = 256;
 
 /// The pass of [`GenerativeClassifier::log_joint_into`] (or its `_prechecked` form, without
 /// `check`) with a step of the caller's on each chunk: `then(c, chunk)` runs on chunk `c`'s
