@@ -705,6 +705,53 @@ fn failed_fit_leaves_an_existing_output_untouched() {
     );
 }
 
+/// `predict` without `--proba` takes the classes alone (no n × K probabilities are made): the
+/// same column as with them, for every kind of model.
+#[test]
+fn predictions_without_probabilities_are_the_same_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = write(
+        dir.path(),
+        "t.csv",
+        &with_labels_removed("iris.csv", 3, |v| v),
+    );
+    for model in [
+        "lda",
+        "qda",
+        "gaussian-nb",
+        "multinomial-nb",
+        "bernoulli-nb",
+    ] {
+        let fit = run_in(
+            dir.path(),
+            &[
+                "fit", "--model", model, "--data", &train, "--label", "label", "--out", "m.json",
+                "-q",
+            ],
+            None,
+        );
+        assert_eq!(fit.code, 0, "{model}: {}", fit.stderr);
+        let classes = run_in(
+            dir.path(),
+            &["predict", "--model", "m.json", "--data", &train],
+            None,
+        );
+        let proba = run_in(
+            dir.path(),
+            &["predict", "--model", "m.json", "--data", &train, "--proba"],
+            None,
+        );
+        assert_eq!(classes.code, 0, "{model}: {}", classes.stderr);
+        let first: Vec<&str> = proba
+            .stdout
+            .lines()
+            .map(|l| l.split(',').next().unwrap())
+            .collect();
+        assert_eq!(classes.stdout.lines().collect::<Vec<_>>(), first, "{model}");
+        assert!(first.len() > 100, "{model}");
+    }
+}
+
 /// An output that is one of the command's inputs (under another spelling, or through a link)
 /// is refused before any work, and the input is kept; before, `fit --out d.csv --data d.csv`
 /// replaced the training data with the model. A missing output directory is named as such.
