@@ -2260,29 +2260,43 @@ fn categories_beyond_the_limit_are_named_errors() {
 /// chunks into fewer, longer runs, so that the runs' statistics, all kept until they are merged,
 /// fit in `PARTIALS_BUDGET`; the fit keeps the bits of its split fit and of 1 thread on 2, and
 /// its covariances are the sample ones. With K = 10 the runs are cut as before.
-#[test]
-fn large_statistics_are_folded_in_fewer_runs_with_the_same_bits() {
+/// The fit of `spec` to labeled rows whose statistics are large: checks that the partials'
+/// budget, not the balance between threads, sets its runs, that the split fit has that many
+/// runs and the fit's bits, and that 1 and 2 threads give the same model.
+fn fit_in_runs_the_budget_sets<P>(spec: &P, x: &Mat<f64>, y: &[usize], k: usize) -> P::Model
+where
+    P: WeightedFit,
+    P::Model: PartialEq + std::fmt::Debug + Send,
+{
     use generative::parallel::{CHUNK_ROWS, MIN_RUNS, PARTIALS_BUDGET, run_length};
     use generative::split::fold_split;
+    let (n, d) = (x.nrows(), x.ncols());
+    let split = spec.split().unwrap();
+    let shape = split.runs(d, k);
+    let chunks = n.div_ceil(CHUNK_ROWS);
+    let run = run_length(chunks, shape, n * d * 8);
+    assert!(run > shape.longest.min(chunks.div_ceil(MIN_RUNS)), "{run}");
+    assert!(chunks.div_ceil(run) * shape.partial_bytes <= PARTIALS_BUDGET);
+    let sets = [WeightedRows::labeled(x.as_ref(), y, k)];
+    let runs = fold_split(split, &sets).unwrap();
+    assert_eq!(runs.len(), chunks.div_ceil(run));
+    let one = on_threads(1, || spec.fit(x.as_ref(), y, k).unwrap());
+    let two = on_threads(2, || spec.fit(x.as_ref(), y, k).unwrap());
+    assert_eq!(one, two, "1 and 2 threads");
+    assert_eq!(split.finish(runs, d, k).unwrap(), one, "split fit");
+    one
+}
+
+#[test]
+fn large_statistics_are_folded_in_fewer_runs_with_the_same_bits() {
+    use generative::parallel::{CHUNK_ROWS, run_length};
     let (d, k, n) = (64, 300, 9 * CHUNK_ROWS);
     let (x, y) = gaussian_data(n, d, k, 21);
     let spec = GaussianParams::with_structure(CovarianceStructure::Full)
         .check()
         .unwrap();
+    let one = fit_in_runs_the_budget_sets(&spec, &x, &y, k);
     let split = spec.split().unwrap();
-    let shape = split.runs(d, k);
-    let chunks = n.div_ceil(CHUNK_ROWS);
-    let run = run_length(chunks, shape, n * d * 8);
-    // The budget, not the balance between threads, sets these runs.
-    assert!(run > shape.longest.min(chunks.div_ceil(MIN_RUNS)), "{run}");
-    assert!(chunks.div_ceil(run) * shape.partial_bytes <= PARTIALS_BUDGET);
-    let sets = [WeightedRows::labeled(x.as_ref(), &y, k)];
-    let runs = fold_split(split, &sets).unwrap();
-    assert_eq!(runs.len(), chunks.div_ceil(run));
-    let one = on_threads(1, || spec.fit(x.as_ref(), &y, k).unwrap());
-    let two = on_threads(2, || spec.fit(x.as_ref(), &y, k).unwrap());
-    assert_eq!(one, two, "1 and 2 threads");
-    assert_eq!(split.finish(runs, d, k).unwrap(), one, "split fit");
     // Class 0's covariance against its sample covariance.
     let rows: Vec<usize> = (0..n).filter(|&i| y[i] == 0).collect();
     let mean: Vec<f64> = (0..d)
@@ -2393,25 +2407,13 @@ fn a_class_of_tiny_variance_does_not_make_near_rows_far() {
 /// d = 64, 10 MB a chunk: more than the chunk's own 2 MB of data).
 #[test]
 fn counts_of_many_classes_are_folded_in_fewer_runs_with_the_same_bits() {
-    use generative::parallel::{CHUNK_ROWS, PARTIALS_BUDGET, run_length};
-    use generative::split::fold_split;
+    use generative::parallel::{CHUNK_ROWS, run_length};
     let (d, k, n) = (64, 20_000, 9 * CHUNK_ROWS);
     let y: Vec<usize> = (0..n).map(|i| (i * 7) % k).collect();
     let x = Mat::from_fn(n, d, |i, j| ((i * 31 + j * 17) % 5) as f64);
     let spec = MultinomialNbParams::default().check().unwrap();
+    let one = fit_in_runs_the_budget_sets(&spec, &x, &y, k);
     let split = spec.split().unwrap();
-    let shape = split.runs(d, k);
-    let chunks = n.div_ceil(CHUNK_ROWS);
-    let run = run_length(chunks, shape, n * d * 8);
-    assert!(run > 1, "{run}");
-    assert!(chunks.div_ceil(run) * shape.partial_bytes <= PARTIALS_BUDGET);
-    let sets = [WeightedRows::labeled(x.as_ref(), &y, k)];
-    let runs = fold_split(split, &sets).unwrap();
-    assert_eq!(runs.len(), chunks.div_ceil(run));
-    let one = on_threads(1, || spec.fit(x.as_ref(), &y, k).unwrap());
-    let two = on_threads(2, || spec.fit(x.as_ref(), &y, k).unwrap());
-    assert_eq!(one, two, "1 and 2 threads");
-    assert_eq!(split.finish(runs, d, k).unwrap(), one, "split fit");
     // Class 3's smoothed log-probabilities from its counts, summed directly.
     let theta = one.feature_log_prob();
     let counts: Vec<f64> = (0..d)
@@ -2423,7 +2425,7 @@ fn counts_of_many_classes_are_folded_in_fewer_runs_with_the_same_bits() {
         assert!((theta[(3, j)] - expected).abs() < 1e-12, "feature {j}");
     }
     // Ten classes keep runs of one chunk.
-    assert_eq!(run_length(chunks, split.runs(d, 10), n * d * 8), 1);
+    assert_eq!(run_length(n / CHUNK_ROWS, split.runs(d, 10), n * d * 8), 1);
 }
 
 /// Categorical NB with a feature of many categories: its per-chunk counts (K × 50,001 values,

@@ -649,15 +649,18 @@ fn mixtures_use_their_models_posterior_scores() {
     let lda = GaussianParams::with_structure(CovarianceStructure::Tied)
         .check()
         .unwrap();
-    let one = SemiSupervisedEm::new(lda.clone(), EmParams::default())
-        .unwrap()
-        .fit(
-            s.x_labeled.as_ref(),
-            &s.y_labeled,
-            2,
-            s.x_unlabeled.as_ref(),
-        )
-        .unwrap();
+    let em = |params: EmParams| {
+        SemiSupervisedEm::new(lda.clone(), params)
+            .unwrap()
+            .fit(
+                s.x_labeled.as_ref(),
+                &s.y_labeled,
+                2,
+                s.x_unlabeled.as_ref(),
+            )
+            .unwrap()
+    };
+    let one = em(EmParams::default());
     let x = s.x_test.as_ref();
     let bare = one.model.components();
     assert_eq!(
@@ -679,21 +682,10 @@ fn mixtures_use_their_models_posterior_scores() {
     assert_eq!((p[(1, 0)], p[(1, 1)]), (1.0, 0.0), "{p:?}");
     assert_eq!(one.model.predict(far.as_ref()).unwrap(), vec![1, 0]);
 
-    let two = SemiSupervisedEm::new(
-        lda,
-        EmParams {
-            components: Components::Uniform(2),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-    .fit(
-        s.x_labeled.as_ref(),
-        &s.y_labeled,
-        2,
-        s.x_unlabeled.as_ref(),
-    )
-    .unwrap();
+    let two = em(EmParams {
+        components: Components::Uniform(2),
+        ..Default::default()
+    });
     let p = two.model.predict_proba(x).unwrap();
     let joints = two.model.components().log_joint(x).unwrap();
     for i in 0..x.nrows() {
