@@ -329,6 +329,32 @@ fn transpose_rows_v4(
     i0
 }
 
+/// The 4 × 4 transpose of four rows of four values, one AVX register each: pairs of rows
+/// interleaved within each 128-bit lane, then the lanes' halves exchanged.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn transpose4_v3(
+    simd: pulp::x86::V3,
+    r: [std::arch::x86_64::__m256d; 4],
+) -> [std::arch::x86_64::__m256d; 4] {
+    let f = simd.avx;
+    // t0 = (r0[0], r1[0], r0[2], r1[2]), t1 = (r0[1], r1[1], r0[3], r1[3]); t2, t3 of r2, r3.
+    let (t0, t1) = (
+        f._mm256_unpacklo_pd(r[0], r[1]),
+        f._mm256_unpackhi_pd(r[0], r[1]),
+    );
+    let (t2, t3) = (
+        f._mm256_unpacklo_pd(r[2], r[3]),
+        f._mm256_unpackhi_pd(r[2], r[3]),
+    );
+    [
+        f._mm256_permute2f128_pd::<0x20>(t0, t2),
+        f._mm256_permute2f128_pd::<0x20>(t1, t3),
+        f._mm256_permute2f128_pd::<0x31>(t0, t2),
+        f._mm256_permute2f128_pd::<0x31>(t1, t3),
+    ]
+}
+
 /// The 8 × 8 transpose of eight rows of eight values, one register each: three rounds of eight
 /// shuffles (pairs of rows, then quadruples in two-lane groups, then the two halves), in place of
 /// 64 single loads and stores.

@@ -1142,9 +1142,9 @@ fn count_pass<S: Simd, const W: usize>(
 /// by index, to take each class's moments from contiguous runs; by masks it costs K operations
 /// per value. Here eight rows of eight columns are transposed in registers (AVX-512) and each
 /// row's vector is added to its group's accumulator: a cost per value that does not grow with
-/// K. Each eight-column block takes its sums, then its squares, while it is in L2. Without
-/// AVX-512, or with columns that are not contiguous, the same sums one value at a time: the
-/// same bits.
+/// K. Each eight-column block takes its sums, then its squares, while it is in L2. With AVX2
+/// alone, four rows of four columns are transposed at a time ([`ByRows`]); without AVX2, or
+/// with columns that are not contiguous, the same sums one value at a time: the same bits.
 pub fn grouped_moments_by_rows(
     x: MatRef<'_, f64>,
     groups: &[usize],
@@ -1157,35 +1157,10 @@ pub fn grouped_moments_by_rows(
     debug_assert_eq!(squares.len(), k * d);
     let groups = &groups[..n];
     #[cfg(target_arch = "x86_64")]
-    if let Some(simd) = pulp::x86::V4::try_new()
+    if let Some(kernel) = ByRows::new()
         && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
     {
-        let (mut acc, mut centre) = (vec![0.0; k * 8], vec![0.0; k * 8]);
-        for j0 in (0..d).step_by(8) {
-            let block = &columns[j0..(j0 + 8).min(d)];
-            // The squares' pass (from L2) asks for the next block from memory: `profile gnb-fit
-            // 64 10`, medians of 15, five alternated pairs, without → with: 0.0297, 0.0308,
-            // 0.0327, 0.0293, 0.0305 → 0.0279, 0.0344, 0.0275, 0.0263, 0.0244 s.
-            let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
-            simd.vectorize(
-                #[inline(always)]
-                || by_rows_v4::<false>(simd, block, groups, &mut acc, &[], &[]),
-            );
-            for (g, &count) in counts.iter().enumerate() {
-                for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
-                    let mean = if count == 0 { 0.0 } else { sum / count as f64 };
-                    (centre[g * 8 + c], means[g * d + j0 + c]) = (mean, mean);
-                }
-            }
-            simd.vectorize(
-                #[inline(always)]
-                || by_rows_v4::<true>(simd, block, groups, &mut acc, &centre, next),
-            );
-            for g in 0..k {
-                squares[g * d + j0..][..block.len()].copy_from_slice(&acc[g * 8..][..block.len()]);
-            }
-        }
-        return;
+        return moments_by_row_blocks(kernel, &columns, groups, counts, means, squares);
     }
     means.fill(0.0);
     squares.fill(0.0);
@@ -1206,6 +1181,178 @@ pub fn grouped_moments_by_rows(
             for j in 0..d {
                 let t = x[(i, j)] - means[g * d + j];
                 squares[g * d + j] += t * t;
+            }
+        }
+    }
+}
+
+/// [`grouped_moments_by_rows`] of contiguous `columns` with `kernel`, eight columns at a time.
+#[cfg(target_arch = "x86_64")]
+fn moments_by_row_blocks(
+    kernel: ByRows,
+    columns: &[&[f64]],
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+    squares: &mut [f64],
+) {
+    let (d, k) = (columns.len(), counts.len());
+    let (mut acc, mut centre) = (vec![0.0; k * 8], vec![0.0; k * 8]);
+    for j0 in (0..d).step_by(8) {
+        let block = &columns[j0..(j0 + 8).min(d)];
+        // The squares' pass (from L2) asks for the next block from memory: `profile gnb-fit
+        // 64 10`, medians of 15, five alternated pairs, without → with: 0.0297, 0.0308,
+        // 0.0327, 0.0293, 0.0305 → 0.0279, 0.0344, 0.0275, 0.0263, 0.0244 s.
+        let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
+        kernel.pass::<false>(block, groups, &mut acc, &[], &[]);
+        for (g, &count) in counts.iter().enumerate() {
+            for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
+                let mean = if count == 0 { 0.0 } else { sum / count as f64 };
+                (centre[g * 8 + c], means[g * d + j0 + c]) = (mean, mean);
+            }
+        }
+        kernel.pass::<true>(block, groups, &mut acc, &centre, next);
+        for g in 0..k {
+            squares[g * d + j0..][..block.len()].copy_from_slice(&acc[g * 8..][..block.len()]);
+        }
+    }
+}
+
+/// The kernel that takes eight columns' group sums by rows on this CPU: AVX-512's
+/// ([`by_rows_v4`], eight rows of eight columns a transpose) or AVX2's ([`by_rows_v3`], four rows
+/// of four columns a transpose, two transposes for eight columns). Both add each row to its
+/// group's sums in row order, one addition after another, so they give the same bits.
+///
+/// Why: without AVX-512 the sums by rows were one value at a time, each read through the
+/// column-major chunk's index, and the labeled fits of many classes on AVX2 hosts paid for it
+/// (see `BENCHMARKS.md`, sixty-first round).
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ByRows {
+    V4(pulp::x86::V4),
+    V3(pulp::x86::V3),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl ByRows {
+    /// The widest kernel this CPU has, if it has AVX2.
+    pub(crate) fn new() -> Option<Self> {
+        match pulp::x86::V4::try_new() {
+            Some(simd) => Some(Self::V4(simd)),
+            None => pulp::x86::V3::try_new().map(Self::V3),
+        }
+    }
+
+    /// Every kernel this CPU has, widest first (for tests that compare them).
+    #[cfg(test)]
+    pub(crate) fn available() -> Vec<Self> {
+        let v4 = pulp::x86::V4::try_new().map(Self::V4);
+        v4.into_iter()
+            .chain(pulp::x86::V3::try_new().map(Self::V3))
+            .collect()
+    }
+
+    /// [`by_rows_v4`]'s pass with this kernel.
+    #[inline]
+    pub(crate) fn pass<const SQUARE: bool>(
+        self,
+        columns: &[&[f64]],
+        groups: &[usize],
+        acc: &mut [f64],
+        centre: &[f64],
+        next: &[&[f64]],
+    ) {
+        match self {
+            Self::V4(simd) => simd.vectorize(
+                #[inline(always)]
+                || by_rows_v4::<SQUARE>(simd, columns, groups, acc, centre, next),
+            ),
+            Self::V3(simd) => simd.vectorize(
+                #[inline(always)]
+                || by_rows_v3::<SQUARE>(simd, columns, groups, acc, centre, next),
+            ),
+        }
+    }
+}
+
+/// [`by_rows_v4`] with AVX2: four rows of up to eight columns at a time, each half of four
+/// columns transposed in registers ([`crate::block::transpose4_v3`]) and each row's half added
+/// to its group's sums (`acc[g · 8 + 4h..][..4]`). The same additions in the same order per
+/// group and column, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn by_rows_v3<const SQUARE: bool>(
+    simd: pulp::x86::V3,
+    columns: &[&[f64]],
+    groups: &[usize],
+    acc: &mut [f64],
+    centre: &[f64],
+    next: &[&[f64]],
+) {
+    use std::arch::x86_64::__m256d;
+    let (n, k) = (groups.len(), acc.len() / 8);
+    acc.fill(0.0);
+    let f = simd.avx;
+    let zero = f._mm256_setzero_pd();
+    let (accs, _) = pulp::x86::V3::as_mut_simd_f64s(acc);
+    let centres = pulp::x86::V3::as_simd_f64s(centre).0;
+    // A block of four columns or fewer (d = 2, or the last of d = 4 mod 8) takes one half.
+    let halves = columns.len().div_ceil(4).min(2);
+    let whole = n / 8 * 8;
+    for i0 in (0..whole).step_by(8) {
+        for col in next {
+            crate::block::prefetch(col, i0);
+        }
+        for r0 in [i0, i0 + 4] {
+            for h in 0..halves {
+                let cols: [__m256d; 4] = std::array::from_fn(|c| match columns.get(4 * h + c) {
+                    Some(col) => {
+                        let v: [f64; 4] = col[r0..r0 + 4].try_into().unwrap_or_default();
+                        pulp::cast(v)
+                    }
+                    None => zero,
+                });
+                let rows = crate::block::transpose4_v3(simd, cols);
+                for (t, &row) in rows.iter().enumerate() {
+                    let g = groups[r0 + t];
+                    if g < k {
+                        let at = 2 * g + h;
+                        let term = if SQUARE {
+                            let dev = f._mm256_sub_pd(row, pulp::cast(centres[at]));
+                            f._mm256_mul_pd(dev, dev)
+                        } else {
+                            row
+                        };
+                        let a: __m256d = pulp::cast(accs[at]);
+                        accs[at] = pulp::cast(f._mm256_add_pd(a, term));
+                    }
+                }
+            }
+        }
+    }
+    by_rows_tail::<SQUARE>(columns, groups, whole, acc, centre);
+}
+
+/// The rows of a by-rows pass from `whole` on, one value at a time (the same additions).
+#[inline(always)]
+fn by_rows_tail<const SQUARE: bool>(
+    columns: &[&[f64]],
+    groups: &[usize],
+    whole: usize,
+    acc: &mut [f64],
+    centre: &[f64],
+) {
+    let k = acc.len() / 8;
+    for (i, &g) in groups.iter().enumerate().skip(whole) {
+        if g < k {
+            for (c, col) in columns.iter().enumerate() {
+                let term = if SQUARE {
+                    let dev = col[i] - centre[g * 8 + c];
+                    dev * dev
+                } else {
+                    col[i]
+                };
+                acc[g * 8 + c] += term;
             }
         }
     }
@@ -1260,19 +1407,7 @@ pub(crate) fn by_rows_v4<const SQUARE: bool>(
             }
         }
     }
-    for (i, &g) in groups.iter().enumerate().skip(whole) {
-        if g < k {
-            for (c, col) in columns.iter().enumerate() {
-                let term = if SQUARE {
-                    let dev = col[i] - centre[g * 8 + c];
-                    dev * dev
-                } else {
-                    col[i]
-                };
-                acc[g * 8 + c] += term;
-            }
-        }
-    }
+    by_rows_tail::<SQUARE>(columns, groups, whole, acc, centre);
 }
 
 /// As [`grouped_sums`], of the squared deviations from each group's centre: adds to
@@ -2093,7 +2228,7 @@ mod tests {
                 }
             }
             let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            // Contiguous columns (the AVX-512 kernel where there is one) and a row-major copy
+            // Contiguous columns (the widest kernel there is) and a row-major copy
             // (one value at a time).
             let rows = x.transpose().to_owned();
             for view in [x.as_ref(), rows.transpose()] {
@@ -2101,6 +2236,16 @@ mod tests {
                 grouped_moments_by_rows(view, &groups, &counts, &mut m, &mut s);
                 assert_eq!(bits(&m), bits(&means), "means n {n} d {d} k {k}");
                 assert_eq!(bits(&s), bits(&sq), "squares n {n} d {d} k {k}");
+            }
+            // Each kernel the CPU has (AVX-512's and AVX2's), whichever the dispatch picks.
+            #[cfg(target_arch = "x86_64")]
+            for kernel in ByRows::available() {
+                let columns =
+                    crate::block::contiguous_columns(x.as_ref(), 0..d).unwrap_or_default();
+                let (mut m, mut s) = (vec![f64::NAN; k * d], vec![f64::NAN; k * d]);
+                moments_by_row_blocks(kernel, &columns, &groups, &counts, &mut m, &mut s);
+                assert_eq!(bits(&m), bits(&means), "{kernel:?} means n {n} d {d} k {k}");
+                assert_eq!(bits(&s), bits(&sq), "{kernel:?} squares n {n} d {d} k {k}");
             }
             // Against the two-pass moments of each group's rows gathered.
             for g in 0..k {

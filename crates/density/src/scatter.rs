@@ -681,7 +681,7 @@ impl RowBlock {
     /// ([`crate::moments::grouped_moments_by_rows`]' sums: in row order, one addition after
     /// another), for many groups: writes group g's mean of column j to `means[g · d + j]` (0 for
     /// an empty group) and lays out each row less its group's mean. Returns false, doing
-    /// nothing, without AVX-512, with more than 16 groups or with columns that are not
+    /// nothing, without AVX2, with more than 16 groups or with columns that are not
     /// contiguous.
     ///
     /// Why: the sums by mask cost K operations per value, so a labeled LDA fit of many classes
@@ -699,19 +699,17 @@ impl RowBlock {
         let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), counts.len());
         debug_assert_eq!(means.len(), k * d);
         #[cfg(target_arch = "x86_64")]
-        if let Some(simd) = pulp::x86::V4::try_new()
+        if let Some(kernel) = crate::moments::ByRows::new()
             && k <= PERMUTED_MAX_GROUPS
             && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
         {
+            use crate::moments::ByRows;
             let groups = &groups[..n];
             let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
             let (mut acc, mut column_means) = (vec![0.0; k * 8], vec![0.0; k]);
             for j0 in (0..d).step_by(8) {
                 let block = &columns[j0..(j0 + 8).min(d)];
-                simd.vectorize(
-                    #[inline(always)]
-                    || crate::moments::by_rows_v4::<false>(simd, block, groups, &mut acc, &[], &[]),
-                );
+                kernel.pass::<false>(block, groups, &mut acc, &[], &[]);
                 for (c, col) in block.iter().enumerate() {
                     let j = j0 + c;
                     for (g, &count) in counts.iter().enumerate() {
@@ -725,10 +723,24 @@ impl RowBlock {
                     let out = &mut y[j * stride..(j + 1) * stride];
                     out[n..].fill(0.0);
                     let out = &mut out[..n];
-                    simd.vectorize(
-                        #[inline(always)]
-                        || centre_by_group_v4(simd, &col[..n], groups, narrow, &column_means, out),
-                    );
+                    match kernel {
+                        ByRows::V4(simd) => simd.vectorize(
+                            #[inline(always)]
+                            || {
+                                centre_by_group_v4(
+                                    simd,
+                                    &col[..n],
+                                    groups,
+                                    narrow,
+                                    &column_means,
+                                    out,
+                                );
+                            },
+                        ),
+                        // AVX2 has no two-register permute to pick a row's mean from: one row
+                        // at a time.
+                        ByRows::V3(_) => centre_by_group(&col[..n], groups, &column_means, out),
+                    }
                 }
             }
             return true;
@@ -1013,7 +1025,8 @@ fn centre_by_group(col: &[f64], groups: &[usize], means: &[f64], out: &mut [f64]
 /// (split → centred by group): d = 16, K = 2 0.0120 → 0.0109 s, K = 3 0.0132 → 0.0112 s,
 /// K = 4 0.0142 → 0.0113 s, K = 6 0.0135 → 0.0125 s, K = 8 0.0137 → 0.0136 s, K = 10
 /// 0.0134 → 0.0144 s; d = 64, K = 2 0.0752 → 0.0715 s, K = 4 0.0817 → 0.0743 s, K = 6 even,
-/// K = 10 even. Without AVX-512 the centring is one row at a time and the split is kept.
+/// K = 10 even. Without AVX-512 the centring is one row at a time, and the sums by rows below
+/// are taken instead (with AVX2).
 /// Since the fifty-eighth round, from 3 classes the sums are taken by rows instead
 /// ([`RowBlock::load_centred_by_rows`]; Zen 4 EPYC, `profile lda-fit`, `PROFILE_COLD=cs`,
 /// medians of 11, two alternated pairs, by group → by rows: d = 16, K = 4 0.0139, 0.0130 →
@@ -3169,7 +3182,7 @@ mod tests {
                         let mut means = vec![f64::NAN; k * d];
                         let ran = block.load_centred_by_rows(view, &labels, &counts, &mut means);
                         #[cfg(target_arch = "x86_64")]
-                        let runs = pulp::x86::V4::is_available()
+                        let runs = crate::moments::ByRows::new().is_some()
                             && k <= 16
                             && crate::block::contiguous_columns(view, 0..d).is_some();
                         #[cfg(not(target_arch = "x86_64"))]

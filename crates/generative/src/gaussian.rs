@@ -413,7 +413,9 @@ fn diagonal_classes(
 /// by index, then each class's moments from its run), `profile gnb-fit D 10`, medians of 11,
 /// alternated, on the Zen 4 EPYC: d = 16 0.0096, 0.0097 → 0.0065, 0.0057 s; d = 64 0.0365,
 /// 0.0363 → 0.0266, 0.0252 s; d = 2 0.0019, 0.0019 → 0.0020, 0.0019 s; d = 16, K = 5 0.0096,
-/// 0.0092 → 0.0059, 0.0057 s.
+/// 0.0092 → 0.0059, 0.0057 s. On the Zen 3 EPYC (AVX2), one value at a time → AVX2's four by
+/// four transposes, `PROFILE_COLD=cs`: d = 16 0.027, 0.029 → 0.016, 0.014 s; d = 64 0.127,
+/// 0.126 → 0.072, 0.061 s; d = 16, K = 5 0.037, 0.031 → 0.018, 0.018 s.
 fn diagonal_class_stats_by_rows(
     chunk: &Chunk<'_>,
     labels: &[usize],
@@ -801,8 +803,10 @@ impl Checked<GaussianParams> {
         // `PROFILE_COLD=cs`, medians of 11, two alternated pairs, against the split below, on
         // the Zen 4 EPYC: d = 16, K = 10 0.0175, 0.0151 → 0.0150, 0.0116 s; K = 8 0.0167,
         // 0.0236 → 0.0091, 0.0108 s; d = 64, K = 10 0.0908, 0.0916 → 0.0756, 0.0715 s; d = 2,
-        // K = 10 0.0024, 0.0023 → 0.0018, 0.0022 s). Without AVX-512, or past 16 classes, the
-        // split below.
+        // K = 10 0.0024, 0.0023 → 0.0018, 0.0022 s). With AVX2 alone the sums by rows take
+        // four rows of four columns a transpose, for any K up to 16 (on the Zen 3 EPYC, against
+        // the split: d = 16, K = 2 0.033, 0.037 → 0.0245, 0.0246 s; K = 10 0.028, 0.025 →
+        // 0.023, 0.023 s; d = 2, K = 2 even). Without AVX2, or past 16 classes, the split below.
         if let Some(labels) = chunk.labels
             && pooled
             && kind == ScatterKind::Full
@@ -832,8 +836,8 @@ impl Checked<GaussianParams> {
         }
         // Diagonal statistics of labeled rows with more classes: each row's values added to
         // its class's sums, then its squared deviations, eight rows by eight columns
-        // transposed in registers, at a cost per value that does not grow with K; the sums
-        // also check the values.
+        // transposed in registers (AVX2: four by four), at a cost per value that does not
+        // grow with K; the sums also check the values.
         if let Some(labels) = chunk.labels
             && kind != ScatterKind::Full
         {
