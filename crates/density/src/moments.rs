@@ -1143,7 +1143,7 @@ fn count_pass<S: Simd, const W: usize>(
 /// per value. Here eight rows of eight columns are transposed in registers (AVX-512) and each
 /// row's vector is added to its group's accumulator: a cost per value that does not grow with
 /// K. Each eight-column block takes its sums, then its squares, while it is in L2. With AVX2
-/// alone, four rows of four columns are transposed at a time ([`ByRows`]); without AVX2, or
+/// alone, four rows of four columns are transposed at a time (`ByRows`); without AVX2, or
 /// with columns that are not contiguous, the same sums one value at a time: the same bits.
 pub fn grouped_moments_by_rows(
     x: MatRef<'_, f64>,
