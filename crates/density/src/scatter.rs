@@ -628,7 +628,7 @@ impl RowBlock {
         let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), sums.nrows());
         debug_assert_eq!(counts.len(), k);
         let groups = &groups[..n];
-        let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
+        let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k, true);
         let mut means = vec![0.0; k];
         let mut centre = |j: usize, col: &[f64], sums: &[f64]| {
             for ((m, &s), &c) in means.iter_mut().zip(sums).zip(counts) {
@@ -658,20 +658,27 @@ impl RowBlock {
     }
 
     /// Lays out a block of `n` rows and `d` columns to be centred by group (its padding columns
-    /// zeroed) and narrows each row's group to a byte: each column's centring reads every row's
-    /// group, and bytes are an eighth of the reads of `usize` groups (a group past the `k`
-    /// means is `u8::MAX`, centred to zero). Returns the block, the bytes and the block's stride.
+    /// zeroed) and, with `narrow` (for [`centre_by_group_v4`], the one reader of the bytes),
+    /// narrows each row's group to a byte: each column's centring reads every row's group, and
+    /// bytes are an eighth of the reads of `usize` groups (a group past the `k` means is
+    /// `u8::MAX`, centred to zero; without `narrow`, no bytes). Returns the block, the bytes and
+    /// the block's stride.
     fn lay_out_by_group(
         &mut self,
         n: usize,
         d: usize,
         groups: &[usize],
         k: usize,
+        narrow: bool,
     ) -> (&mut [f64], &[u8], usize) {
         let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
         let cols = d.div_ceil(TILE_J) * TILE_J;
         (self.stride, self.n, self.d) = (stride, n, d);
-        narrow_groups(groups, k, &mut self.narrow_groups);
+        if narrow {
+            narrow_groups(groups, k, &mut self.narrow_groups);
+        } else {
+            self.narrow_groups.clear();
+        }
         let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
         self.zeroed.clear(y, d * stride..cols * stride);
         (y, &self.narrow_groups, stride)
@@ -705,7 +712,9 @@ impl RowBlock {
         {
             use crate::moments::ByRows;
             let groups = &groups[..n];
-            let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
+            // AVX2's centring, one row at a time, reads the groups as they are.
+            let wants_bytes = matches!(kernel, ByRows::V4(_));
+            let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k, wants_bytes);
             let (mut acc, mut column_means) = (vec![0.0; k * 8], vec![0.0; k]);
             for j0 in (0..d).step_by(8) {
                 let block = &columns[j0..(j0 + 8).min(d)];
