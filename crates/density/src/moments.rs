@@ -141,8 +141,10 @@ pub fn diagonal_moments_each(
 /// Rows per piece of [`diagonal_moments_each`] (a multiple of [`PARTIAL_SUMS`]): a column's
 /// piece is 4 KB. The bits do not depend on it. On the Zen 5 EPYC, d = 64, K = 10, the M-step's
 /// fit (`profile-em 64 10 diag`, three alternated pairs a series) took 0.051–0.053 s at 512 rows
-/// against 0.059–0.067 s at 256, and 0.052–0.057 s against 0.057–0.070 s at 1024; two classes
-/// per load of each vector (the same bits) 0.083–0.091 s against 0.051–0.065 s.
+/// against 0.059–0.067 s at 256, and 0.052–0.057 s against 0.057–0.070 s at 1024. Two classes
+/// per load of each vector (the same bits) took 0.083–0.091 s against 0.051–0.065 s with their
+/// sums copied through memory (`memmove`), and 0.056–0.075 s against 0.058–0.073 s, even,
+/// with each class's sums in a local array; not kept.
 const MOMENTS_BLOCK_ROWS: usize = 512;
 
 /// [`diagonal_moments_each`]'s kernel.
