@@ -1605,15 +1605,50 @@ pub const MAX_PACKED_CLASSES: usize = 4;
 /// previous store, and on an AVX2 host (AMD EPYC, Zen 3) an LDA fit at d = 16, K = 2 took
 /// 0.0333 s that way against 0.0178 s by order (a four-row AVX2 packing through a permutation
 /// table took 0.0239 s, and was slower than by order at every K).
+///
+/// Nor on AMD's Zen 5 and later (family 0x1A on), whose AVX-512 gathers, which the split by
+/// order takes eight rows at a time, are fast. There, `profile qda-fit` (`PROFILE_COLD=cs`,
+/// medians of 21, alternated pairs of 4dfe6af's binary and this rule's) gave, packed → by
+/// order: d = 16, K = 2 0.0129–0.0152 s → 0.0101–0.0169 s over 8 pairs (medians of the pairs
+/// 0.0137 → 0.0127 s; on one thread 0.026–0.031 → 0.019–0.026 s over 6); K = 4 0.0155–0.0172
+/// → 0.0092–0.0116 s; d = 64, K = 2 0.069–0.099 → 0.056–0.102 s; K = 4 0.080–0.091 →
+/// 0.059–0.067 s (4 pairs each). The two splits give the same bits. Packing was chosen on the
+/// Intel Xeon and kept on the Zen 4 EPYC, and has not been timed against the split by order
+/// there since that split took its gathers (forty-first round).
 pub fn split_packs(k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        k <= MAX_PACKED_CLASSES && pulp::x86::V4::is_available()
+        k <= MAX_PACKED_CLASSES && pulp::x86::V4::is_available() && !gathers_are_fast()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = k;
         false
+    }
+}
+
+/// Whether this is an AMD CPU of family 0x1A or later (Zen 5 on), read once from `cpuid`.
+#[cfg(target_arch = "x86_64")]
+fn gathers_are_fast() -> bool {
+    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FAST.get_or_init(|| {
+        use std::arch::x86_64::__cpuid;
+        // Leaves 0 and 1 exist on every x86-64 CPU.
+        let (vendor, signature) = (__cpuid(0), __cpuid(1));
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        amd && cpu_family(signature.eax) >= 0x1A
+    })
+}
+
+/// The family of `cpuid` leaf 1's signature (`eax`): the base family, plus the extended
+/// family when the base is 0xF.
+#[cfg(target_arch = "x86_64")]
+fn cpu_family(eax: u32) -> u32 {
+    let base = (eax >> 8) & 0xF;
+    if base == 0xF {
+        base + ((eax >> 20) & 0xFF)
+    } else {
+        base
     }
 }
 
@@ -2416,6 +2451,20 @@ mod tests {
     /// The block's class means run in passes of rows ([`class_means`]); each must keep the
     /// bits of the one-class kernel's sums over the whole column, across pass boundaries and
     /// the vectors after the last four.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn cpu_family_adds_the_extended_family_only_past_base_family_15() {
+        // Signatures (`cpuid` leaf 1, eax) of an AMD Zen 5 EPYC (family 26, model 2, stepping 1), a Zen 4
+        // (25, model 17), a Zen 3 (25, model 1) and an Intel Xeon (6, model 167): the extended
+        // family field of the last is read as zero, whatever it holds.
+        assert_eq!(cpu_family(0x00B0_0F21), 0x1A);
+        assert_eq!(cpu_family(0x00A1_0F11), 0x19);
+        assert_eq!(cpu_family(0x00A0_0F11), 0x19);
+        assert_eq!(cpu_family(0x00FA_0671), 6);
+        // Packing is never chosen past its classes, on any CPU.
+        assert!(!split_packs(MAX_PACKED_CLASSES + 1));
+    }
+
     #[test]
     fn block_means_in_passes_have_the_bits_of_the_one_class_kernel() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(23);
