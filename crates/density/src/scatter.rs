@@ -1612,9 +1612,9 @@ pub const MAX_PACKED_CLASSES: usize = 4;
 /// order: d = 16, K = 2 0.0129–0.0152 s → 0.0101–0.0169 s over 8 pairs (medians of the pairs
 /// 0.0137 → 0.0127 s; on one thread 0.026–0.031 → 0.019–0.026 s over 6); K = 4 0.0155–0.0172
 /// → 0.0092–0.0116 s; d = 64, K = 2 0.069–0.099 → 0.056–0.102 s; K = 4 0.080–0.091 →
-/// 0.059–0.067 s (4 pairs each). The two splits give the same bits. Packing was chosen on the
-/// Intel Xeon and kept on the Zen 4 EPYC, and has not been timed against the split by order
-/// there since that split took its gathers (forty-first round).
+/// 0.059–0.067 s (4 pairs each). The two splits give the same bits. Packing was chosen on an
+/// Intel Xeon (seventeenth round) and kept on the Zen 4 EPYC, and has not been timed against
+/// the split by order on either since that split took its gathers (forty-first round).
 pub fn split_packs(k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
