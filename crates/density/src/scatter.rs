@@ -1627,7 +1627,8 @@ pub fn split_packs(k: usize) -> bool {
     }
 }
 
-/// Whether this is an AMD CPU of family 0x1A or later (Zen 5 on), read once from `cpuid`.
+/// Whether this CPU's AVX-512 gathers are fast: an AMD CPU of family 0x1A or later (Zen 5 on),
+/// read once from `cpuid`.
 #[cfg(target_arch = "x86_64")]
 fn gathers_are_fast() -> bool {
     static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -2448,15 +2449,12 @@ mod tests {
         (mean, s)
     }
 
-    /// The block's class means run in passes of rows ([`class_means`]); each must keep the
-    /// bits of the one-class kernel's sums over the whole column, across pass boundaries and
-    /// the vectors after the last four.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn cpu_family_adds_the_extended_family_only_past_base_family_15() {
-        // Signatures (`cpuid` leaf 1, eax) of an AMD Zen 5 EPYC (family 26, model 2, stepping 1), a Zen 4
-        // (25, model 17), a Zen 3 (25, model 1) and an Intel Xeon (6, model 167): the extended
-        // family field of the last is read as zero, whatever it holds.
+        // Signatures (`cpuid` leaf 1, eax) of an AMD Zen 5 EPYC (family 26, model 2, stepping
+        // 1), a Zen 4 (25, model 17), a Zen 3 (25, model 1) and an Intel Xeon (6, model 167):
+        // the extended family field of the last is read as zero, whatever it holds.
         assert_eq!(cpu_family(0x00B0_0F21), 0x1A);
         assert_eq!(cpu_family(0x00A1_0F11), 0x19);
         assert_eq!(cpu_family(0x00A0_0F11), 0x19);
@@ -2465,6 +2463,9 @@ mod tests {
         assert!(!split_packs(MAX_PACKED_CLASSES + 1));
     }
 
+    /// The block's class means run in passes of rows ([`class_means`]); each must keep the
+    /// bits of the one-class kernel's sums over the whole column, across pass boundaries and
+    /// the vectors after the last four.
     #[test]
     fn block_means_in_passes_have_the_bits_of_the_one_class_kernel() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(23);
