@@ -628,7 +628,7 @@ impl RowBlock {
         let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), sums.nrows());
         debug_assert_eq!(counts.len(), k);
         let groups = &groups[..n];
-        let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k, true);
+        let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
         let mut means = vec![0.0; k];
         let mut centre = |j: usize, col: &[f64], sums: &[f64]| {
             for ((m, &s), &c) in means.iter_mut().zip(sums).zip(counts) {
@@ -658,27 +658,22 @@ impl RowBlock {
     }
 
     /// Lays out a block of `n` rows and `d` columns to be centred by group (its padding columns
-    /// zeroed) and, with `narrow` (for [`centre_by_group_v4`], the one reader of the bytes),
-    /// narrows each row's group to a byte: each column's centring reads every row's group, and
-    /// bytes are an eighth of the reads of `usize` groups (a group past the `k` means is
-    /// `u8::MAX`, centred to zero; without `narrow`, no bytes). Returns the block, the bytes and
-    /// the block's stride.
+    /// zeroed) and narrows each row's group to a byte (for [`centre_by_group_v4`] and
+    /// [`centre_by_group_v3`]): each column's centring reads every row's group, and bytes are an
+    /// eighth of the reads of `usize` groups (a group past the `k` means is `u8::MAX`, centred to
+    /// zero; past [`PERMUTED_MAX_GROUPS`] groups, no bytes). Returns the block, the bytes and the
+    /// block's stride.
     fn lay_out_by_group(
         &mut self,
         n: usize,
         d: usize,
         groups: &[usize],
         k: usize,
-        narrow: bool,
     ) -> (&mut [f64], &[u8], usize) {
         let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
         let cols = d.div_ceil(TILE_J) * TILE_J;
         (self.stride, self.n, self.d) = (stride, n, d);
-        if narrow {
-            narrow_groups(groups, k, &mut self.narrow_groups);
-        } else {
-            self.narrow_groups.clear();
-        }
+        narrow_groups(groups, k, &mut self.narrow_groups);
         let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
         self.zeroed.clear(y, d * stride..cols * stride);
         (y, &self.narrow_groups, stride)
@@ -695,7 +690,7 @@ impl RowBlock {
     /// split each chunk by class (a copy of every value by index) to centre it. Here eight
     /// columns' sums are taken by rows transposed in registers, at a cost per value that does
     /// not grow with K, and the eight are centred (each row's mean picked by its group,
-    /// `vpermt2pd`) while they are in L2.
+    /// `vpermt2pd`, or `vpermps` and blends with AVX2) while they are in L2.
     pub fn load_centred_by_rows(
         &mut self,
         x: MatRef<'_, f64>,
@@ -712,9 +707,7 @@ impl RowBlock {
         {
             use crate::moments::ByRows;
             let groups = &groups[..n];
-            // AVX2's centring, one row at a time, reads the groups as they are.
-            let wants_bytes = matches!(kernel, ByRows::V4(_));
-            let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k, wants_bytes);
+            let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
             let (mut acc, mut column_means) = (vec![0.0; k * 8], vec![0.0; k]);
             for j0 in (0..d).step_by(8) {
                 let block = &columns[j0..(j0 + 8).min(d)];
@@ -746,9 +739,19 @@ impl RowBlock {
                                 );
                             },
                         ),
-                        // AVX2 has no two-register permute to pick a row's mean from: one row
-                        // at a time.
-                        ByRows::V3(_) => centre_by_group(&col[..n], groups, &column_means, out),
+                        ByRows::V3(simd) => simd.vectorize(
+                            #[inline(always)]
+                            || {
+                                centre_by_group_v3(
+                                    simd,
+                                    &col[..n],
+                                    groups,
+                                    narrow,
+                                    &column_means,
+                                    out,
+                                );
+                            },
+                        ),
                     }
                 }
             }
@@ -1034,8 +1037,7 @@ fn centre_by_group(col: &[f64], groups: &[usize], means: &[f64], out: &mut [f64]
 /// (split → centred by group): d = 16, K = 2 0.0120 → 0.0109 s, K = 3 0.0132 → 0.0112 s,
 /// K = 4 0.0142 → 0.0113 s, K = 6 0.0135 → 0.0125 s, K = 8 0.0137 → 0.0136 s, K = 10
 /// 0.0134 → 0.0144 s; d = 64, K = 2 0.0752 → 0.0715 s, K = 4 0.0817 → 0.0743 s, K = 6 even,
-/// K = 10 even. Without AVX-512 the centring is one row at a time, and the sums by rows below
-/// are taken instead (with AVX2).
+/// K = 10 even. Without AVX-512 the sums by rows below are taken instead (with AVX2).
 /// Since the fifty-eighth round, from 3 classes the sums are taken by rows instead
 /// ([`RowBlock::load_centred_by_rows`]; Zen 4 EPYC, `profile lda-fit`, `PROFILE_COLD=cs`,
 /// medians of 11, two alternated pairs, by group → by rows: d = 16, K = 4 0.0139, 0.0130 →
@@ -1114,6 +1116,95 @@ fn centre_by_group_v4(
         o.copy_from_slice(&r);
     }
     centre_by_group(&col[whole..n], &groups[whole..n], means, &mut out[whole..n]);
+}
+
+/// [`centre_by_group_v4`] with AVX2: four rows at a time, each row's mean picked by its group
+/// from the four means of a register (`vpermps` on the two halves of each mean), then between
+/// registers by the group's bits 2 and 3 (`vblendvpd`); the same values.
+///
+/// Why: AVX2 has no two-register permute, and centring one row at a time was about a third of
+/// a labeled LDA fit at d = 16 on the Zen 3 EPYC (`perf`, sixty-fourth round).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn centre_by_group_v3(
+    simd: pulp::x86::V3,
+    col: &[f64],
+    groups: &[usize],
+    ids: &[u8],
+    means: &[f64],
+    out: &mut [f64],
+) {
+    let n = out.len().min(col.len()).min(groups.len()).min(ids.len());
+    if means.len() > PERMUTED_MAX_GROUPS {
+        return centre_by_group(col, groups, means, out);
+    }
+    let whole = match means.len().div_ceil(4) {
+        0 | 1 => centre_by_group_v3_in::<0>(simd, col, ids, means, out, n),
+        2 => centre_by_group_v3_in::<1>(simd, col, ids, means, out, n),
+        _ => centre_by_group_v3_in::<2>(simd, col, ids, means, out, n),
+    };
+    centre_by_group(&col[whole..n], &groups[whole..n], means, &mut out[whole..n]);
+}
+
+/// [`centre_by_group_v3`]'s rows up to the last whole four, with the means in 2^`BLENDS`
+/// registers; returns how many rows it wrote.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn centre_by_group_v3_in<const BLENDS: usize>(
+    simd: pulp::x86::V3,
+    col: &[f64],
+    ids: &[u8],
+    means: &[f64],
+    out: &mut [f64],
+    n: usize,
+) -> usize {
+    use std::arch::x86_64::{__m128i, __m256, __m256d, __m256i};
+    let mut table = [0.0f64; PERMUTED_MAX_GROUPS];
+    table[..means.len()].copy_from_slice(means);
+    let quads: [__m256; 4] = std::array::from_fn(|q| {
+        let m: [f64; 4] = table[4 * q..4 * q + 4].try_into().unwrap_or_default();
+        pulp::cast(m)
+    });
+    let (a, a2) = (simd.avx, simd.avx2);
+    let limit: __m256i = pulp::cast([means.len() as u64; 4]);
+    let one: __m256i = pulp::cast([1u64; 4]);
+    let whole = n / 4 * 4;
+    for ((o, v), g) in out[..whole]
+        .chunks_exact_mut(4)
+        .zip(col[..whole].chunks_exact(4))
+        .zip(ids[..whole].chunks_exact(4))
+    {
+        let g: [u8; 4] = g.try_into().unwrap_or_default();
+        let v: [f64; 4] = v.try_into().unwrap_or_default();
+        let g: __m128i = pulp::cast([u32::from_le_bytes(g), 0, 0, 0]);
+        let g: __m256i = a2._mm256_cvtepu8_epi64(g);
+        // Each row's mean is two 32-bit halves, 2g and 2g + 1 (mod 8) in its register.
+        let twice = a2._mm256_add_epi64(g, g);
+        let halves = a2._mm256_or_si256(
+            twice,
+            a2._mm256_slli_epi64::<32>(a2._mm256_add_epi64(twice, one)),
+        );
+        let pick =
+            |q: usize| -> __m256d { pulp::cast(a2._mm256_permutevar8x32_ps(quads[q], halves)) };
+        let m = if BLENDS == 0 {
+            pick(0)
+        } else {
+            // The sign bit of each lane: the group's bit 2 (which of two registers).
+            let bit2: __m256d = pulp::cast(a2._mm256_slli_epi64::<61>(g));
+            let low = a._mm256_blendv_pd(pick(0), pick(1), bit2);
+            if BLENDS == 1 {
+                low
+            } else {
+                let bit3: __m256d = pulp::cast(a2._mm256_slli_epi64::<60>(g));
+                let high = a._mm256_blendv_pd(pick(2), pick(3), bit2);
+                a._mm256_blendv_pd(low, high, bit3)
+            }
+        };
+        let known: __m256d = pulp::cast(a2._mm256_cmpgt_epi64(limit, g));
+        let r: [f64; 4] = pulp::cast(a._mm256_and_pd(a._mm256_sub_pd(pulp::cast(v), m), known));
+        o.copy_from_slice(&r);
+    }
+    whole
 }
 
 /// [`RowBlock::pooled_scatter`]'s kernel.
@@ -3293,6 +3384,35 @@ mod tests {
                 let mut ids = Vec::new();
                 narrow_groups(&groups, k, &mut ids);
                 simd.vectorize(|| centre_by_group_v4(simd, &col, &groups, &ids, &means, &mut got));
+                for i in 0..n {
+                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
+                    let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);
+                    assert_eq!(want[i].to_bits(), expect.to_bits(), "k {k} row {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn centring_by_group_with_avx2_gives_the_values_of_one_row_at_a_time() {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V3::try_new() {
+            let n = 4 * 23 + 3;
+            let col: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1e3).collect();
+            // Every register count (1 to 4 registers of means) and its edges.
+            for k in [1usize, 2, 4, 5, 7, 8, 9, 12, 13, 16] {
+                let means: Vec<f64> = (0..k).map(|c| c as f64 * 11.5 - 3.0).collect();
+                let groups: Vec<usize> = (0..n)
+                    .map(|i| match i % 11 {
+                        10 => 256 + i % k,
+                        _ => (i * 7 + i / 4) % (k + 3),
+                    })
+                    .collect();
+                let (mut want, mut got) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+                centre_by_group(&col, &groups, &means, &mut want);
+                let mut ids = Vec::new();
+                narrow_groups(&groups, k, &mut ids);
+                simd.vectorize(|| centre_by_group_v3(simd, &col, &groups, &ids, &means, &mut got));
                 for i in 0..n {
                     assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
                     let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);

@@ -806,7 +806,10 @@ impl Checked<GaussianParams> {
         // K = 10 0.0024, 0.0023 → 0.0018, 0.0022 s). With AVX2 alone the sums by rows take
         // four rows of four columns a transpose, for any K up to 16 (on the Zen 3 EPYC, against
         // the split: d = 16, K = 2 0.033, 0.037 → 0.0245, 0.0246 s; K = 10 0.028, 0.025 →
-        // 0.023, 0.023 s; d = 2, K = 2 even). Without AVX2, or past 16 classes, the split below.
+        // 0.023, 0.023 s; d = 2, K = 2 even; then, with the centring by `vpermps` of the
+        // sixty-fourth round, three alternated pairs: d = 16, K = 2 0.0245–0.0271 → 0.0207–0.0229
+        // s; d = 64, K = 2 0.155–0.248 → 0.141–0.147 s; K = 10 even at d = 16 and 64). Without
+        // AVX2, or past 16 classes, the split below.
         if let Some(labels) = chunk.labels
             && pooled
             && kind == ScatterKind::Full
