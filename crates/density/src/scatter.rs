@@ -639,12 +639,9 @@ impl RowBlock {
             let out = &mut out[..n];
             #[cfg(target_arch = "x86_64")]
             if narrow.len() == n
-                && let Some(simd) = pulp::x86::V4::try_new()
+                && let Some(kernel) = crate::moments::ByRows::new()
             {
-                simd.vectorize(
-                    #[inline(always)]
-                    || centre_by_group_v4(simd, col, groups, narrow, &means, out),
-                );
+                centre_by_group_with(kernel, col, groups, narrow, &means, out);
                 return;
             }
             centre_by_group(col, groups, &means, out);
@@ -658,11 +655,11 @@ impl RowBlock {
     }
 
     /// Lays out a block of `n` rows and `d` columns to be centred by group (its padding columns
-    /// zeroed) and narrows each row's group to a byte (for [`centre_by_group_v4`] and
-    /// [`centre_by_group_v3`]): each column's centring reads every row's group, and bytes are an
-    /// eighth of the reads of `usize` groups (a group past the `k` means is `u8::MAX`, centred to
-    /// zero; past [`PERMUTED_MAX_GROUPS`] groups, no bytes). Returns the block, the bytes and the
-    /// block's stride.
+    /// zeroed) and narrows each row's group to a byte (for [`centre_by_group_with`]): each
+    /// column's centring reads every row's group, and bytes are an eighth of the reads of
+    /// `usize` groups (a group past the `k` means is `u8::MAX`, centred to zero; past
+    /// [`PERMUTED_MAX_GROUPS`] groups, no bytes). Returns the block, the bytes and the block's
+    /// stride.
     fn lay_out_by_group(
         &mut self,
         n: usize,
@@ -705,7 +702,6 @@ impl RowBlock {
             && k <= PERMUTED_MAX_GROUPS
             && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
         {
-            use crate::moments::ByRows;
             let groups = &groups[..n];
             let (y, narrow, stride) = self.lay_out_by_group(n, d, groups, k);
             let (mut acc, mut column_means) = (vec![0.0; k * 8], vec![0.0; k]);
@@ -725,34 +721,7 @@ impl RowBlock {
                     let out = &mut y[j * stride..(j + 1) * stride];
                     out[n..].fill(0.0);
                     let out = &mut out[..n];
-                    match kernel {
-                        ByRows::V4(simd) => simd.vectorize(
-                            #[inline(always)]
-                            || {
-                                centre_by_group_v4(
-                                    simd,
-                                    &col[..n],
-                                    groups,
-                                    narrow,
-                                    &column_means,
-                                    out,
-                                );
-                            },
-                        ),
-                        ByRows::V3(simd) => simd.vectorize(
-                            #[inline(always)]
-                            || {
-                                centre_by_group_v3(
-                                    simd,
-                                    &col[..n],
-                                    groups,
-                                    narrow,
-                                    &column_means,
-                                    out,
-                                );
-                            },
-                        ),
-                    }
+                    centre_by_group_with(kernel, &col[..n], groups, narrow, &column_means, out);
                 }
             }
             return true;
@@ -1058,10 +1027,11 @@ pub fn centring_by_group_pays(k: usize) -> bool {
 /// Most classes for which [`centring_by_group_pays`].
 pub const CENTRED_BY_GROUP_MAX_CLASSES: usize = 2;
 
-/// Most groups [`centre_by_group_v4`] takes: the means of a column in two AVX-512 registers.
+/// Most groups [`centre_by_group_with`] takes: the means of a column in two AVX-512 registers
+/// (four AVX2 ones).
 const PERMUTED_MAX_GROUPS: usize = 16;
 
-/// Each of `groups` as a byte, for [`centre_by_group_v4`]: the group where it is below `k`, and
+/// Each of `groups` as a byte, for [`centre_by_group_with`]: the group where it is below `k`, and
 /// `u8::MAX` (a group past the means) where it is not; nothing when `k` is past
 /// [`PERMUTED_MAX_GROUPS`].
 fn narrow_groups(groups: &[usize], k: usize, out: &mut Vec<u8>) {
@@ -1074,33 +1044,74 @@ fn narrow_groups(groups: &[usize], k: usize, out: &mut Vec<u8>) {
     }
 }
 
-/// [`centre_by_group`] with AVX-512, for up to [`PERMUTED_MAX_GROUPS`] groups (`ids`: each
-/// row's group as a byte, `u8::MAX` for one past the means): eight rows at a time, each row's
-/// mean picked from two registers by its group (`vpermt2pd`), taken off where the group is
-/// below `means.len()` and zero elsewhere; the same values.
+/// [`centre_by_group`] with the vector kernel `kernel` picks, for up to
+/// [`PERMUTED_MAX_GROUPS`] groups (`ids`: each row's group as a byte, `u8::MAX` for one past
+/// the means; more groups go one row at a time): each row's mean picked from registers by its
+/// group, taken off where the group is below `means.len()` and zero elsewhere, and the rows
+/// after the last whole vector one at a time; the same values.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn centre_by_group_v4(
-    simd: pulp::x86::V4,
+fn centre_by_group_with(
+    kernel: crate::moments::ByRows,
     col: &[f64],
     groups: &[usize],
     ids: &[u8],
     means: &[f64],
     out: &mut [f64],
 ) {
-    use std::arch::x86_64::{__m128i, __m512i};
+    use crate::moments::ByRows;
     let n = out.len().min(col.len()).min(groups.len()).min(ids.len());
     if means.len() > PERMUTED_MAX_GROUPS {
         return centre_by_group(col, groups, means, out);
     }
     let mut table = [0.0f64; PERMUTED_MAX_GROUPS];
     table[..means.len()].copy_from_slice(means);
+    let rows = Centring {
+        col: &col[..n],
+        ids: &ids[..n],
+        table,
+        k: means.len(),
+    };
+    let out = &mut out[..n];
+    let whole = match kernel {
+        ByRows::V4(simd) => simd.vectorize(
+            #[inline(always)]
+            || centre_by_group_v4(simd, &rows, out),
+        ),
+        ByRows::V3(simd) => simd.vectorize(
+            #[inline(always)]
+            || match means.len().div_ceil(4) {
+                0 | 1 => centre_by_group_v3::<0>(simd, &rows, out),
+                2 => centre_by_group_v3::<1>(simd, &rows, out),
+                _ => centre_by_group_v3::<2>(simd, &rows, out),
+            },
+        ),
+    };
+    centre_by_group(&col[whole..n], &groups[whole..n], means, &mut out[whole..]);
+}
+
+/// The rows of one column for [`centre_by_group_with`]'s kernels: the values, their groups as
+/// bytes, the `k` means padded with zeros.
+struct Centring<'a> {
+    col: &'a [f64],
+    ids: &'a [u8],
+    table: [f64; PERMUTED_MAX_GROUPS],
+    k: usize,
+}
+
+/// [`centre_by_group_with`]'s rows up to the last whole eight with AVX-512: each row's mean
+/// picked from two registers by its group (`vpermt2pd`); returns how many rows it wrote.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn centre_by_group_v4(simd: pulp::x86::V4, rows: &Centring<'_>, out: &mut [f64]) -> usize {
+    use std::arch::x86_64::{__m128i, __m512i};
+    let Centring { col, ids, table, k } = *rows;
     let lo: [f64; 8] = table[..8].try_into().unwrap_or_default();
     let hi: [f64; 8] = table[8..].try_into().unwrap_or_default();
     let (lo, hi) = (pulp::cast(lo), pulp::cast(hi));
-    let limit: __m512i = pulp::cast([means.len() as u64; 8]);
+    let limit: __m512i = pulp::cast([k as u64; 8]);
     let f = simd.avx512f;
-    let whole = n / 8 * 8;
+    let whole = out.len() / 8 * 8;
     for ((o, v), g) in out[..whole]
         .chunks_exact_mut(8)
         .zip(col[..whole].chunks_exact(8))
@@ -1115,60 +1126,33 @@ fn centre_by_group_v4(
         let r: [f64; 8] = pulp::cast(f._mm512_maskz_sub_pd(known, pulp::cast(v), m));
         o.copy_from_slice(&r);
     }
-    centre_by_group(&col[whole..n], &groups[whole..n], means, &mut out[whole..n]);
+    whole
 }
 
-/// [`centre_by_group_v4`] with AVX2: four rows at a time, each row's mean picked by its group
-/// from the four means of a register (`vpermps` on the two halves of each mean), then between
-/// registers by the group's bits 2 and 3 (`vblendvpd`); the same values.
+/// [`centre_by_group_with`]'s rows up to the last whole four with AVX2, the means in
+/// 2^`BLENDS` registers: each row's mean picked by its group from the four means of a register
+/// (`vpermps` on the two halves of each mean), then between registers by the group's bits 2
+/// and 3 (`vblendvpd`); returns how many rows it wrote.
 ///
 /// Why: AVX2 has no two-register permute, and centring one row at a time was about a third of
 /// a labeled LDA fit at d = 16 on the Zen 3 EPYC (`perf`, sixty-fourth round).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn centre_by_group_v3(
+fn centre_by_group_v3<const BLENDS: usize>(
     simd: pulp::x86::V3,
-    col: &[f64],
-    groups: &[usize],
-    ids: &[u8],
-    means: &[f64],
+    rows: &Centring<'_>,
     out: &mut [f64],
-) {
-    let n = out.len().min(col.len()).min(groups.len()).min(ids.len());
-    if means.len() > PERMUTED_MAX_GROUPS {
-        return centre_by_group(col, groups, means, out);
-    }
-    let whole = match means.len().div_ceil(4) {
-        0 | 1 => centre_by_group_v3_in::<0>(simd, col, ids, means, out, n),
-        2 => centre_by_group_v3_in::<1>(simd, col, ids, means, out, n),
-        _ => centre_by_group_v3_in::<2>(simd, col, ids, means, out, n),
-    };
-    centre_by_group(&col[whole..n], &groups[whole..n], means, &mut out[whole..n]);
-}
-
-/// [`centre_by_group_v3`]'s rows up to the last whole four, with the means in 2^`BLENDS`
-/// registers; returns how many rows it wrote.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn centre_by_group_v3_in<const BLENDS: usize>(
-    simd: pulp::x86::V3,
-    col: &[f64],
-    ids: &[u8],
-    means: &[f64],
-    out: &mut [f64],
-    n: usize,
 ) -> usize {
     use std::arch::x86_64::{__m128i, __m256, __m256d, __m256i};
-    let mut table = [0.0f64; PERMUTED_MAX_GROUPS];
-    table[..means.len()].copy_from_slice(means);
+    let Centring { col, ids, table, k } = *rows;
     let quads: [__m256; 4] = std::array::from_fn(|q| {
         let m: [f64; 4] = table[4 * q..4 * q + 4].try_into().unwrap_or_default();
         pulp::cast(m)
     });
     let (a, a2) = (simd.avx, simd.avx2);
-    let limit: __m256i = pulp::cast([means.len() as u64; 4]);
+    let limit: __m256i = pulp::cast([k as u64; 4]);
     let one: __m256i = pulp::cast([1u64; 4]);
-    let whole = n / 4 * 4;
+    let whole = out.len() / 4 * 4;
     for ((o, v), g) in out[..whole]
         .chunks_exact_mut(4)
         .zip(col[..whole].chunks_exact(4))
@@ -3363,33 +3347,51 @@ mod tests {
         }
     }
 
+    /// Checks a vector centring kernel (`kernel(col, groups, ids, means, out)`) against
+    /// `centre_by_group`, and that one against its definition, bit for bit, on `n` rows, for
+    /// every class count in `ks`.
+    #[cfg(target_arch = "x86_64")]
+    fn check_centring(
+        n: usize,
+        ks: &[usize],
+        kernel: impl Fn(&[f64], &[usize], &[u8], &[f64], &mut [f64]),
+    ) {
+        let col: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1e3).collect();
+        for &k in ks {
+            let means: Vec<f64> = (0..k).map(|c| c as f64 * 11.5 - 3.0).collect();
+            // Every group below k, and some past it (rows that become zero), among them
+            // groups whose low byte is a group below k.
+            let groups: Vec<usize> = (0..n)
+                .map(|i| match i % 11 {
+                    10 => 256 + i % k,
+                    _ => (i * 7 + i / 4) % (k + 3),
+                })
+                .collect();
+            let (mut want, mut got) = (vec![f64::NAN; n], vec![f64::NAN; n]);
+            centre_by_group(&col, &groups, &means, &mut want);
+            let mut ids = Vec::new();
+            narrow_groups(&groups, k, &mut ids);
+            kernel(&col, &groups, &ids, &means, &mut got);
+            for i in 0..n {
+                assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
+                let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);
+                assert_eq!(want[i].to_bits(), expect.to_bits(), "k {k} row {i}");
+            }
+        }
+    }
+
     #[test]
     fn centring_by_group_with_avx512_gives_the_values_of_one_row_at_a_time() {
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V4::try_new() {
-            let n = 8 * 9 + 5;
-            let col: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1e3).collect();
-            for k in [1usize, 2, 7, 8, 9, 16] {
-                let means: Vec<f64> = (0..k).map(|c| c as f64 * 11.5 - 3.0).collect();
-                // Every group below k, and some past it (rows that become zero), among them
-                // groups whose low byte is a group below k.
-                let groups: Vec<usize> = (0..n)
-                    .map(|i| match i % 11 {
-                        10 => 256 + i % k,
-                        _ => (i * 7 + i / 4) % (k + 3),
-                    })
-                    .collect();
-                let (mut want, mut got) = (vec![f64::NAN; n], vec![f64::NAN; n]);
-                centre_by_group(&col, &groups, &means, &mut want);
-                let mut ids = Vec::new();
-                narrow_groups(&groups, k, &mut ids);
-                simd.vectorize(|| centre_by_group_v4(simd, &col, &groups, &ids, &means, &mut got));
-                for i in 0..n {
-                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
-                    let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);
-                    assert_eq!(want[i].to_bits(), expect.to_bits(), "k {k} row {i}");
-                }
-            }
+            check_centring(
+                8 * 9 + 5,
+                &[1, 2, 7, 8, 9, 16],
+                |col, groups, ids, means, out| {
+                    let kernel = crate::moments::ByRows::V4(simd);
+                    centre_by_group_with(kernel, col, groups, ids, means, out);
+                },
+            );
         }
     }
 
@@ -3397,28 +3399,12 @@ mod tests {
     fn centring_by_group_with_avx2_gives_the_values_of_one_row_at_a_time() {
         #[cfg(target_arch = "x86_64")]
         if let Some(simd) = pulp::x86::V3::try_new() {
-            let n = 4 * 23 + 3;
-            let col: Vec<f64> = (0..n).map(|i| (i as f64 * 0.37).sin() * 1e3).collect();
             // Every register count (1 to 4 registers of means) and its edges.
-            for k in [1usize, 2, 4, 5, 7, 8, 9, 12, 13, 16] {
-                let means: Vec<f64> = (0..k).map(|c| c as f64 * 11.5 - 3.0).collect();
-                let groups: Vec<usize> = (0..n)
-                    .map(|i| match i % 11 {
-                        10 => 256 + i % k,
-                        _ => (i * 7 + i / 4) % (k + 3),
-                    })
-                    .collect();
-                let (mut want, mut got) = (vec![f64::NAN; n], vec![f64::NAN; n]);
-                centre_by_group(&col, &groups, &means, &mut want);
-                let mut ids = Vec::new();
-                narrow_groups(&groups, k, &mut ids);
-                simd.vectorize(|| centre_by_group_v3(simd, &col, &groups, &ids, &means, &mut got));
-                for i in 0..n {
-                    assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
-                    let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);
-                    assert_eq!(want[i].to_bits(), expect.to_bits(), "k {k} row {i}");
-                }
-            }
+            let ks = [1, 2, 4, 5, 7, 8, 9, 12, 13, 16];
+            check_centring(4 * 23 + 3, &ks, |col, groups, ids, means, out| {
+                let kernel = crate::moments::ByRows::V3(simd);
+                centre_by_group_with(kernel, col, groups, ids, means, out);
+            });
         }
     }
 }
