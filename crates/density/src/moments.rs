@@ -471,6 +471,97 @@ pub fn grouped_sums_and_counts(
     })
 }
 
+/// [`grouped_sums_and_counts`] by rows: adds to `sums[(g, j)]` group g's values of column j,
+/// added one row after another in row order from zero (then to `sums`), and writes each
+/// group's number of rows into `counts`. Returns whether any value of `x` is below zero, as
+/// [`grouped_sums`] does. The rows of eight columns at a time are transposed in registers and
+/// each row's vector added to its group's sums (`ByRows`: eight rows with AVX-512, four by
+/// four with AVX2 alone); without AVX2, or with columns that are not contiguous, the same
+/// additions one value at a time, so every instruction set gives the same bits (not
+/// [`grouped_sums`]' bits, which come from 16 partial sums per group).
+///
+/// Why: by masks a value costs one operation per group, and AVX2's masks have four lanes, so a
+/// multinomial fit of 10 classes at d = 16 took longer than a Gaussian one, which takes its
+/// sums and squares by rows (`BENCHMARKS.md`, multinomial NB after its labeled sums by rows).
+/// By rows a value costs the same whatever K is.
+pub fn grouped_sums_by_rows_and_counts(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    mut sums: MatMut<'_, f64>,
+    counts: &mut [usize],
+) -> bool {
+    let (n, d, k) = (
+        x.nrows().min(groups.len()),
+        x.ncols().min(sums.ncols()),
+        sums.nrows(),
+    );
+    let groups = &groups[..n];
+    let x = x.subrows(0, n);
+    group_counts_into(groups, counts);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = ByRows::new()
+        && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
+    {
+        let mut acc = vec![0.0; k * 8];
+        let mut negative = false;
+        for j0 in (0..d).step_by(8) {
+            let block = &columns[j0..(j0 + 8).min(d)];
+            let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
+            kernel.pass::<false>(block, groups, &mut acc, &[], next);
+            // The block's values again, from L2, for the count check.
+            negative |= any_below_zero(block);
+            for g in 0..k {
+                for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
+                    sums[(g, j0 + c)] += sum;
+                }
+            }
+        }
+        return negative;
+    }
+    let mut acc = vec![0.0; k * d];
+    let mut negative = false;
+    for (i, &g) in groups.iter().enumerate() {
+        for j in 0..d {
+            let v = x[(i, j)];
+            negative |= v < 0.0;
+            if g < k {
+                acc[g * d + j] += v;
+            }
+        }
+    }
+    for g in 0..k {
+        for j in 0..d {
+            sums[(g, j)] += acc[g * d + j];
+        }
+    }
+    negative
+}
+
+/// Whether any value of `columns` is below zero (−∞ included, NaN and −0 not), with the CPU's
+/// widest SIMD.
+#[cfg(target_arch = "x86_64")]
+fn any_below_zero(columns: &[&[f64]]) -> bool {
+    struct Below<'a>(&'a [&'a [f64]]);
+    impl pulp::WithSimd for Below<'_> {
+        type Output = bool;
+        #[inline(always)]
+        fn with_simd<S: Simd>(self, simd: S) -> bool {
+            let zero = simd.splat_f64s(0.0);
+            let mut negative = simd.less_than_f64s(zero, zero);
+            let mut tails = false;
+            for col in self.0 {
+                let (head, tail) = S::as_simd_f64s(col);
+                for &v in head {
+                    negative = simd.or_m64s(negative, simd.less_than_f64s(v, zero));
+                }
+                tails |= tail.iter().any(|&v| v < 0.0);
+            }
+            tails || simd.first_true_m64s(negative) < S::F64_LANES
+        }
+    }
+    pulp::Arch::new().dispatch(Below(columns))
+}
+
 /// Each group's number of rows: `counts[g]` = how many of `groups` equal g, for g < `k` (others
 /// are not counted). With AVX-512 and up to 255 groups, byte comparisons of 64 labels
 /// (`byte_counts`); otherwise one comparison pass per group with the CPU's widest SIMD, or
@@ -2293,6 +2384,57 @@ mod tests {
                 let mut by_words = vec![usize::MAX; k];
                 group_counts_by_words(&groups, &mut by_words);
                 assert_eq!(by_words, want, "by words, n = {n}, k = {k}");
+            }
+        }
+    }
+
+    /// The sums by rows are each group's values added in row order from zero, bit for bit, on
+    /// every layout (contiguous columns take the SIMD kernel, a row-major view the scalar
+    /// path); the counts are `group_counts`', and the flag sees any value below zero.
+    #[test]
+    fn grouped_sums_by_rows_are_sums_in_row_order() {
+        for n in [0usize, 3, 7, 8, 77, 4096, 4133] {
+            for d in [1usize, 3, 8, 9, 16, 19] {
+                let (a, b) = data(n * d);
+                let x = faer::Mat::from_fn(n, d, |i, j| a[i * d + j] * b[i * d + j]);
+                let row_major = x.transpose().to_owned();
+                for k in [5usize, 10, 17, 64] {
+                    let groups = labels_with_strays(n, k);
+                    let mut want = faer::Mat::<f64>::zeros(k, d);
+                    let mut tally = vec![0.0; k * d];
+                    for (i, &g) in groups.iter().enumerate() {
+                        if g < k {
+                            (0..d).for_each(|j| tally[g * d + j] += x[(i, j)]);
+                        }
+                    }
+                    (0..k).for_each(|g| (0..d).for_each(|j| want[(g, j)] = tally[g * d + j]));
+                    let want_negative = (0..n).any(|i| (0..d).any(|j| x[(i, j)] < 0.0));
+                    for view in [x.as_ref(), row_major.as_ref().transpose()] {
+                        let mut sums = faer::Mat::zeros(k, d);
+                        let mut counts = vec![99; k];
+                        let negative = grouped_sums_by_rows_and_counts(
+                            view,
+                            &groups,
+                            sums.as_mut(),
+                            &mut counts,
+                        );
+                        assert_eq!(
+                            counts,
+                            group_counts(&groups, k),
+                            "n = {n}, d = {d}, k = {k}"
+                        );
+                        assert_eq!(negative, want_negative, "n = {n}, d = {d}, k = {k}");
+                        for g in 0..k {
+                            for j in 0..d {
+                                assert_eq!(
+                                    sums[(g, j)].to_bits(),
+                                    want[(g, j)].to_bits(),
+                                    "n = {n}, d = {d}, k = {k}, group {g}, column {j}"
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }

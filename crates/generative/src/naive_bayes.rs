@@ -95,9 +95,14 @@ impl CountStats {
     /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
     /// so a multinomial fit can check this chunk exactly and name the first bad value.
     fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) -> bool {
-        let mut counts = vec![0; self.class_weights.len()];
-        let negative =
-            density::moments::grouped_sums_and_counts(x, labels, self.counts.as_mut(), &mut counts);
+        let k = self.class_weights.len();
+        let mut counts = vec![0; k];
+        let sums = self.counts.as_mut();
+        let negative = if (SUMS_BY_ROWS_MIN_GROUPS..=SUMS_BY_ROWS_MAX_GROUPS).contains(&k) {
+            density::moments::grouped_sums_by_rows_and_counts(x, labels, sums, &mut counts)
+        } else {
+            density::moments::grouped_sums_and_counts(x, labels, sums, &mut counts)
+        };
         self.add_class_counts(&counts);
         negative || !self.counts.is_all_finite()
     }
@@ -212,6 +217,15 @@ impl CountStats {
         Ok(total)
     }
 }
+
+/// Classes from which a labeled chunk's sums are taken by rows
+/// (`density::moments::grouped_sums_by_rows_and_counts`), as the diagonal Gaussian fits take
+/// theirs past 4 classes: by masks a value costs an operation per class. Up to
+/// [`SUMS_BY_ROWS_MAX_GROUPS`]; past that the masked function adds by label, where K × 8
+/// accumulators a row could land in no longer stay in L1.
+const SUMS_BY_ROWS_MIN_GROUPS: usize = 5;
+/// Most classes whose labeled sums are taken by rows (see [`SUMS_BY_ROWS_MIN_GROUPS`]).
+const SUMS_BY_ROWS_MAX_GROUPS: usize = 64;
 
 /// Chunks per run of the count statistics ([`fit_counts`] and the split fits): one, so that each
 /// chunk's counts are added to the total in chunk order, as they were before the fits were split
