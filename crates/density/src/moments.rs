@@ -518,20 +518,12 @@ pub fn grouped_sums_by_rows_and_counts(
         }
         return negative;
     }
-    let mut acc = vec![0.0; k * d];
-    let mut negative = false;
-    for (i, &g) in groups.iter().enumerate() {
-        for j in 0..d {
-            let v = x[(i, j)];
-            negative |= v < 0.0;
-            if g < k {
-                acc[g * d + j] += v;
-            }
-        }
-    }
+    // The same additions by label, from zero as the kernel's are, then added to `sums`.
+    let mut from_zero = faer::Mat::zeros(k, d);
+    let negative = sums_by_index(x, groups, from_zero.as_mut(), |v| v, |v| v < 0.0);
     for g in 0..k {
         for j in 0..d {
-            sums[(g, j)] += acc[g * d + j];
+            sums[(g, j)] += from_zero[(g, j)];
         }
     }
     negative
