@@ -90,10 +90,12 @@ impl CountStats {
         );
     }
     /// As `add_class_weights` and `add_counts` with one-hot responsibilities: each row adds to
-    /// its own class only, in one SIMD pass per column, and the class weights are the counts of the same masks
-    /// (`density::moments::grouped_sums_and_counts`). Returns whether a value may
-    /// not be a count (one is negative, or a class sum is not finite: NaN and ±∞ show there),
-    /// so a multinomial fit can check this chunk exactly and name the first bad value.
+    /// its own class only, and the class weights are the chunk's class counts. Up to 4 and past
+    /// 64 classes by masks or by label (`density::moments::grouped_sums_and_counts`), in between
+    /// by rows (`grouped_sums_by_rows_and_counts`; see `SUMS_BY_ROWS_MIN_GROUPS`). Returns
+    /// whether a value may not be a count (one is negative, or a class sum is not finite: NaN
+    /// and ±∞ show there), so a multinomial fit can check this chunk exactly and name the first
+    /// bad value.
     fn add_labeled_chunk(&mut self, x: MatRef<'_, f64>, labels: &[usize]) -> bool {
         let k = self.class_weights.len();
         let mut counts = vec![0; k];
