@@ -427,6 +427,17 @@ mod tests {
         s.iter().enumerate().all(|(i, &v)| v == i as u64 * 7 + 1)
     }
 
+    /// Whether the `len` bytes at `p` are all zero.
+    ///
+    /// # Safety
+    /// `p` must be valid for reads of `len` bytes.
+    unsafe fn zero(p: *const u8, len: usize) -> bool {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::slice::from_raw_parts(p, len) }
+            .iter()
+            .all(|&b| b == 0)
+    }
+
     #[test]
     fn large_blocks_keep_their_contents_through_growth_and_zeroing() {
         let a = HugePageAlloc;
@@ -485,11 +496,7 @@ mod tests {
             let big = Layout::from_size_align(OWN_MAPPING_MIN_BYTES + 4096 * 3 + 8, 8).expect("l");
             let z = a.alloc_zeroed(big);
             assert!(!z.is_null());
-            assert!(
-                std::slice::from_raw_parts(z, big.size())
-                    .iter()
-                    .all(|&b| b == 0)
-            );
+            assert!(zero(z, big.size()));
             a.dealloc(z, big);
         }
     }
@@ -584,7 +591,7 @@ mod tests {
             // Taken: the slot is empty, so the next allocation is a fresh, zeroed mapping.
             let r = kept.obtain(size);
             assert!(!r.is_null() && r != q.cast());
-            assert!(std::slice::from_raw_parts(r, size).iter().all(|&b| b == 0));
+            assert!(zero(r, size));
             kept.release(r, size);
             // A shorter block takes the kept one cut to length: its tail is unmapped.
             kept.release(q.cast(), size);
@@ -600,15 +607,11 @@ mod tests {
             // A zeroed block never takes the kept one, whose contents are the pattern.
             kept.release(s, short);
             let z = kept.obtain_zeroed(short);
-            assert!(std::slice::from_raw_parts(z, short).iter().all(|&b| b == 0));
+            assert!(zero(z, short));
             // Nor does a longer one: it is zeroed, fresh.
             kept.release(z, short);
             let long = kept.obtain(size);
-            assert!(
-                std::slice::from_raw_parts(long, size)
-                    .iter()
-                    .all(|&b| b == 0)
-            );
+            assert!(zero(long, size));
             kept.release(long, size);
             // A block past the limit is unmapped when freed, not kept (only one page is
             // touched: the rest is never backed).
@@ -618,11 +621,7 @@ mod tests {
             h.write_bytes(7, BASE_PAGE);
             kept.release(h, huge);
             let again = kept.obtain(huge);
-            assert!(
-                std::slice::from_raw_parts(again, BASE_PAGE)
-                    .iter()
-                    .all(|&b| b == 0)
-            );
+            assert!(zero(again, BASE_PAGE));
             kept.release(again, huge);
         }
     }
