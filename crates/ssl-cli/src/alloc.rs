@@ -25,8 +25,9 @@
 //! Why one freed block of ours is kept: glibc keeps freed memory below its threshold for the
 //! next allocation, and the kernel clears every fresh page on first touch, so a K = 2
 //! prediction at n = 1e6 (16 MB) reused the pages the previous one freed while a K = 10 one
-//! (80 MB, mapped here) waited each time for the kernel to clear 80 MB: `xtask profile
-//! lda-predict 2 10` took 0.019–0.024 s a call against 0.0067 s into a reused output. So the
+//! (80 MB, mapped here) waited each time for the kernel to clear 80 MB: on a Zen 5 EPYC, `xtask
+//! profile lda-predict 2 10` took 0.008–0.013 s a call against 0.005 s into a reused output,
+//! and 0.006 s with the block kept (BENCHMARKS.md, seventieth round). So the
 //! last block of ours freed (up to [`KEEP_MAX_BYTES`]) is kept, and the next allocation of our
 //! size range takes it (cut to length) or unmaps it: at most one freed block is resident at a
 //! time, and only until that allocation. A zeroed allocation always maps fresh pages (the
