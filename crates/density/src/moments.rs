@@ -1357,6 +1357,14 @@ impl ByRows {
             // eight). The same additions, so the same bits. `profile gnb-fit 2 10` on a Zen 5
             // EPYC, medians of 21, alternated pairs: 0.0023 → 0.0016–0.0017 s (a slower spell:
             // 0.0023 → 0.0019–0.0021 s).
+            // One or two columns (d ≤ 2, or a last block of d mod 8 ≤ 2): the rows' pairs by two
+            // unpacks per four rows, no transpose. `profile gnb-fit 2 10` on a Zen 5 EPYC,
+            // alternated with the 4 × 4 kernel: see BENCHMARKS.md, seventieth round. AVX2-only
+            // CPUs keep the 4 × 4 kernel (not timed there).
+            Self::V4(simd) if columns.len() <= 2 => simd.vectorize(
+                #[inline(always)]
+                || by_rows_pairs::<SQUARE>(*simd, columns, groups, acc, centre, next),
+            ),
             Self::V4(simd) if columns.len() <= 4 => simd.vectorize(
                 #[inline(always)]
                 || by_rows_v3::<SQUARE>(*simd, columns, groups, acc, centre, next),
@@ -1424,6 +1432,72 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
                         let a: __m256d = pulp::cast(accs[at]);
                         accs[at] = pulp::cast(f._mm256_add_pd(a, term));
                     }
+                }
+            }
+        }
+    }
+    by_rows_tail::<SQUARE>(columns, groups, whole, acc, centre);
+}
+
+/// [`by_rows_v3`] for a block of one or two columns: each four rows' pairs are interleaved by
+/// two unpacks (no transpose of a block that is mostly zeros), and each row's pair is added to
+/// its group's first two sums (`acc[g · 8..][..2]`). The same additions per group and column in
+/// the same order, so the same bits; the sums past the block's columns, which no caller reads,
+/// stay zero.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn by_rows_pairs<const SQUARE: bool>(
+    simd: pulp::x86::V3,
+    columns: &[&[f64]],
+    groups: &[usize],
+    acc: &mut [f64],
+    centre: &[f64],
+    next: &[&[f64]],
+) {
+    use std::arch::x86_64::{__m128d, __m256d};
+    debug_assert!(columns.len() <= 2);
+    let (n, k) = (groups.len(), acc.len() / 8);
+    acc.fill(0.0);
+    let (f, f2) = (simd.avx, simd.sse2);
+    let zero = f._mm256_setzero_pd();
+    let load = |c: usize, r0: usize| -> __m256d {
+        match columns.get(c) {
+            Some(col) => {
+                let v: [f64; 4] = col[r0..r0 + 4].try_into().unwrap_or_default();
+                pulp::cast(v)
+            }
+            None => zero,
+        }
+    };
+    let whole = n / 8 * 8;
+    for i0 in (0..whole).step_by(8) {
+        for col in next {
+            crate::block::prefetch(col, i0);
+        }
+        for r0 in [i0, i0 + 4] {
+            let (a, b) = (load(0, r0), load(1, r0));
+            // Rows r0 and r0 + 2 in `even`'s halves, r0 + 1 and r0 + 3 in `odd`'s.
+            let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
+            let rows: [__m128d; 4] = [
+                f._mm256_castpd256_pd128(even),
+                f._mm256_castpd256_pd128(odd),
+                f._mm256_extractf128_pd::<1>(even),
+                f._mm256_extractf128_pd::<1>(odd),
+            ];
+            for (t, &row) in rows.iter().enumerate() {
+                let g = groups[r0 + t];
+                if g < k {
+                    let at = g * 8;
+                    let term = if SQUARE {
+                        let c: __m128d = pulp::cast([centre[at], centre[at + 1]]);
+                        let dev = f2._mm_sub_pd(row, c);
+                        f2._mm_mul_pd(dev, dev)
+                    } else {
+                        row
+                    };
+                    let sum: __m128d = pulp::cast([acc[at], acc[at + 1]]);
+                    let sum: [f64; 2] = pulp::cast(f2._mm_add_pd(sum, term));
+                    acc[at..at + 2].copy_from_slice(&sum);
                 }
             }
         }
