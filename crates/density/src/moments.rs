@@ -1309,8 +1309,9 @@ fn moments_by_row_blocks(
 /// The kernel that takes eight columns' group sums by rows on this CPU: AVX-512's
 /// ([`by_rows_v4`], eight rows of eight columns a transpose) or AVX2's ([`by_rows_v3`], four rows
 /// of four columns a transpose, two transposes for eight columns; on AVX-512 CPUs too for a
-/// block of four columns or fewer). Both add each row to its group's sums in row order, one
-/// addition after another, so they give the same bits.
+/// block of three or four columns, while one or two go by pairs, `by_rows_pairs`). Each adds
+/// each row to its group's sums in row order, one addition after another, so they give the
+/// same bits.
 ///
 /// Why: without AVX-512 the sums by rows were one value at a time, each read through the
 /// column-major chunk's index, and the labeled fits of many classes on AVX2 hosts paid for it
@@ -1352,19 +1353,20 @@ impl ByRows {
         next: &[&[f64]],
     ) {
         match self {
-            // Four columns or fewer: AVX2's kernel (four rows of four columns a transpose, 8
-            // shuffles for four rows), not eight rows of eight columns mostly zeros (24 for
-            // eight). The same additions, so the same bits. `profile gnb-fit 2 10` on a Zen 5
-            // EPYC, medians of 21, alternated pairs: 0.0023 → 0.0016–0.0017 s (a slower spell:
-            // 0.0023 → 0.0019–0.0021 s).
             // One or two columns (d ≤ 2, or a last block of d mod 8 ≤ 2): the rows' pairs by two
             // unpacks per four rows, no transpose. `profile gnb-fit 2 10` on a Zen 5 EPYC,
-            // alternated with the 4 × 4 kernel: see BENCHMARKS.md, seventieth round. AVX2-only
-            // CPUs keep the 4 × 4 kernel (not timed there).
+            // medians of 21, alternated with the 4 × 4 kernel: 0.0016–0.0017 → 0.0013–0.0014 s
+            // (BENCHMARKS.md, seventieth round). AVX2-only CPUs keep the 4 × 4 kernel (not timed
+            // there).
             Self::V4(simd) if columns.len() <= 2 => simd.vectorize(
                 #[inline(always)]
                 || by_rows_pairs::<SQUARE>(*simd, columns, groups, acc, centre, next),
             ),
+            // Three or four columns: AVX2's kernel (four rows of four columns a transpose, 8
+            // shuffles for four rows), not eight rows of eight columns mostly zeros (24 for
+            // eight). The same additions, so the same bits. When d = 2 went this way too,
+            // `profile gnb-fit 2 10` on a Zen 5 EPYC, medians of 21, alternated pairs: 0.0023 →
+            // 0.0016–0.0017 s against the 8 × 8 kernel (a slower spell: 0.0023 → 0.0019–0.0021 s).
             Self::V4(simd) if columns.len() <= 4 => simd.vectorize(
                 #[inline(always)]
                 || by_rows_v3::<SQUARE>(*simd, columns, groups, acc, centre, next),
