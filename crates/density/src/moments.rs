@@ -1444,8 +1444,8 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
 /// [`by_rows_v3`] for a block of one or two columns: each four rows' pairs are interleaved by
 /// two unpacks (no transpose of a block that is mostly zeros), and each row's pair is added to
 /// its group's first two sums (`acc[g · 8..][..2]`). The same additions per group and column in
-/// the same order, so the same bits; the sums past the block's columns, which no caller reads,
-/// stay zero.
+/// the same order, so the same bits. The second sum of a one-column block holds no meaningful
+/// value (as the lanes past a block's columns in the other kernels); no caller reads it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn by_rows_pairs<const SQUARE: bool>(
