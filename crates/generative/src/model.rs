@@ -747,7 +747,9 @@ const NORMALIZE_BLOCK: usize = 128;
 /// with one exponential per entry. Works on blocks of `NORMALIZE_BLOCK` rows, column by column
 /// within a block (the chunk is column-major), so the inner loops run over contiguous memory
 /// and the block's passes (maximum, exponentials, scaling) read it from L1 rather than the whole
-/// chunk from L2 three times. Every entry's arithmetic is the same whatever the block size. Rows
+/// chunk from L2 three times. Posteriors of three classes or more, in contiguous columns, take
+/// the three in one pass over a few vectors of rows at a time ([`density::exp::softmax_rows`]),
+/// with the same arithmetic. Every entry's arithmetic is the same whatever the block size. Rows
 /// whose maximum is not finite (all −∞, or +∞) take the exact path of
 /// [`log_normalize_in_place`].
 ///
@@ -784,8 +786,49 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
             probability,
             mut log_normalizer_sum,
         } = self;
-        let b = m.nrows();
+        let (b, k) = (m.nrows(), m.ncols());
         let mut r0 = 0;
+        // Posteriors of three classes or more in one pass over each vector of rows
+        // (`density::exp::softmax_rows`), block by block, the blocks' maxima and sums kept for
+        // the log normalisers as the general path keeps them, until a block has rows that only
+        // the general path takes (a non-finite maximum, or rows after the last whole vector).
+        let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
+        let mut sum = [0.0; NORMALIZE_BLOCK];
+        let mut partial = None;
+        if probability
+            && k > 2
+            && let Some(mut columns) = softmax_columns(m.as_mut())
+        {
+            while r0 < b {
+                let len = NORMALIZE_BLOCK.min(b - r0);
+                let (max, sum) = (&mut max[..len], &mut sum[..len]);
+                let done = density::exp::softmax_rows(&mut columns[..k], r0..r0 + len, max, sum);
+                if done < r0 + len {
+                    partial = Some(done - r0);
+                    break;
+                }
+                if let Some(total) = log_normalizer_sum.as_deref_mut() {
+                    *total += log_sum_of_rows(max, sum, k);
+                }
+                r0 += len;
+            }
+        }
+        if let Some(done) = partial {
+            let len = NORMALIZE_BLOCK.min(b - r0);
+            // The general path starts from no maximum and no sum (these hold an earlier block's).
+            max[done..len].fill(f64::NEG_INFINITY);
+            sum[done..len].fill(0.0);
+            let special_norms = normalize_rows(
+                m.as_mut().subrows_mut(r0 + done, len - done),
+                probability,
+                &mut max[done..len],
+                &mut sum[done..len],
+            );
+            if let Some(total) = log_normalizer_sum.as_deref_mut() {
+                *total += log_sum_of_rows(&max[..len], &sum[..len], k) + special_norms;
+            }
+            r0 += len;
+        }
         while r0 < b {
             let len = NORMALIZE_BLOCK.min(b - r0);
             normalize_block(
@@ -798,6 +841,20 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
     }
 }
 
+/// The columns of `m` as slices for [`density::exp::softmax_rows`], when each is contiguous
+/// and they are few enough.
+#[inline(always)]
+fn softmax_columns(m: MatMut<'_, f64>) -> Option<[&mut [f64]; density::exp::SOFTMAX_MAX_COLUMNS]> {
+    if m.ncols() > density::exp::SOFTMAX_MAX_COLUMNS {
+        return None;
+    }
+    let mut columns: [&mut [f64]; density::exp::SOFTMAX_MAX_COLUMNS] = Default::default();
+    for (slot, col) in columns.iter_mut().zip(m.col_iter_mut()) {
+        *slot = col.try_as_col_major_mut()?.as_slice_mut();
+    }
+    Some(columns)
+}
+
 /// [`normalize_chunk`] of at most [`NORMALIZE_BLOCK`] rows.
 #[inline(always)]
 fn normalize_block(
@@ -807,8 +864,44 @@ fn normalize_block(
 ) {
     let (b, k) = (m.nrows(), m.ncols());
     debug_assert!(b <= NORMALIZE_BLOCK);
+    // Each row's maximum (its shift) and Σ_k exp(m[i, k] − shift_i).
     let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
-    let max = &mut max[..b];
+    let mut sum = [0.0; NORMALIZE_BLOCK];
+    // Posteriors of three classes or more in one pass over each vector of rows, up to the
+    // first row the general path below must take (see `density::exp::softmax_rows`).
+    let fused = (probability && k > 2)
+        .then(|| softmax_columns(m.as_mut()))
+        .flatten()
+        .map(|mut columns| {
+            density::exp::softmax_rows(&mut columns[..k], 0..b, &mut max[..b], &mut sum[..b])
+        });
+    let done = fused.unwrap_or(0);
+    let special_norms = if done < b {
+        normalize_rows(
+            m.as_mut().subrows_mut(done, b - done),
+            probability,
+            &mut max[done..b],
+            &mut sum[done..b],
+        )
+    } else {
+        0.0
+    };
+    if let Some(total) = log_normalizer_sum {
+        *total += log_sum_of_rows(&max[..b], &sum[..b], k) + special_norms;
+    }
+}
+
+/// [`normalize_block`]'s general path, on rows whose `max` (−∞) and `sum` (0) are still to be
+/// found: any number of classes, log posteriors, and rows whose maximum is not finite. Returns
+/// the log normalisers of those last rows, summed.
+#[inline(always)]
+fn normalize_rows(
+    mut m: MatMut<'_, f64>,
+    probability: bool,
+    max: &mut [f64],
+    sum: &mut [f64],
+) -> f64 {
+    let (b, k) = (m.nrows(), m.ncols());
     for j in 0..k {
         match m.as_ref().col(j).try_as_col_major() {
             Some(col) => {
@@ -845,8 +938,6 @@ fn normalize_block(
         }
     }
     // Each row's Σ_k exp(m[i, k] − shift_i), in [1, k] where the shift is finite.
-    let mut sum = [0.0; NORMALIZE_BLOCK];
-    let sum = &mut sum[..b];
     // Two classes: the same bits with one exponential per row.
     let done = k == 2 && probability && two_class_probabilities(&mut m, shift, sum);
     if !done {
@@ -866,9 +957,7 @@ fn normalize_block(
             };
         }
     }
-    if let Some(total) = log_normalizer_sum {
-        *total += log_sum_of_rows(shift, sum, k) + special_norms;
-    }
+    special_norms
 }
 
 /// Σ_i (`shift[i]` + ln `sum[i]`) for a block's rows, each `sum[i]` in [1, k], with one
@@ -1382,6 +1471,84 @@ mod tests {
                 );
             }
             assert!(!two[(i, 0)].is_nan() && (two[(i, 0)] + two[(i, 1)] - 1.0).abs() < 1e-15);
+        }
+    }
+
+    /// Three classes or more take one pass per vector of rows (`density::exp::softmax_rows`)
+    /// where the columns are contiguous; a row-major chunk takes the general path. Both must
+    /// give the same bits, the log normalisers' sum included, for any number of classes (past
+    /// the fused pass's 32 too), with NaN, ±∞ and −∞ entries in rows of finite maximum, ties,
+    /// huge gaps, and rows of a non-finite maximum anywhere in a block, which stop the fused
+    /// pass in mid-block.
+    #[test]
+    fn fused_posteriors_have_the_general_paths_bits() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        // The last block's rows past its last four whole vectors take the general path.
+        let n = 3 * NORMALIZE_BLOCK + 45;
+        for k in [3usize, 4, 5, 10, 17, 32, 33] {
+            let mut state = 7u64 + k as u64;
+            let mut next = move || {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 11) as f64 / (1u64 << 53) as f64
+            };
+            let mut finite = Mat::from_fn(n, k, |_, _| (next() - 0.5) * 60.0);
+            for i in 0..n {
+                match i % 41 {
+                    3 => finite[(i, i % k)] = nan,
+                    5 => finite[(i, (i + 1) % k)] = f64::NEG_INFINITY,
+                    7 => finite[(i, 0)] = finite[(i, k - 1)],
+                    9 => finite[(i, 1)] = 1e300,
+                    11 => finite[(i, 2)] = -1e300,
+                    13 => finite[(i, 1)] = -745.5,
+                    _ => {}
+                }
+            }
+            // Then rows of a non-finite maximum: all −∞, one +∞, and all NaN; in the first
+            // block's middle, at the second's start, mid-vector in the third, and in the last
+            // rows. Their normalisers make the sum +∞, so the sum is compared without them.
+            let mut special = finite.clone();
+            for (i, kind) in [
+                (60, 0),
+                (NORMALIZE_BLOCK, 1),
+                (2 * NORMALIZE_BLOCK + 35, 2),
+                (n - 2, 1),
+            ] {
+                for j in 0..k {
+                    special[(i, j)] = match kind {
+                        0 => f64::NEG_INFINITY,
+                        1 if j == k / 2 => inf,
+                        1 => 0.5,
+                        _ => nan,
+                    };
+                }
+            }
+            for (values, with_special) in [(finite, false), (special, true)] {
+                for probability in [false, true] {
+                    let mut fused = values.clone();
+                    let mut fused_sum = 0.0;
+                    normalize_chunk(fused.as_mut(), probability, Some(&mut fused_sum));
+                    let mut storage = values.transpose().to_owned();
+                    let mut general = storage.as_mut().transpose_mut();
+                    let mut general_sum = 0.0;
+                    normalize_chunk(general.as_mut(), probability, Some(&mut general_sum));
+                    let case = format!("K = {k}, special rows: {with_special}");
+                    assert_eq!(fused_sum.is_finite(), !with_special, "{case}: {fused_sum}");
+                    assert_eq!(
+                        fused_sum.to_bits(),
+                        general_sum.to_bits(),
+                        "{case}: the sums"
+                    );
+                    for i in 0..n {
+                        for j in 0..k {
+                            let (got, want) = (fused[(i, j)], general[(i, j)]);
+                            assert!(!got.is_nan(), "{case}, row {i} col {j}: NaN");
+                            assert_eq!(got.to_bits(), want.to_bits(), "{case}, row {i} col {j}");
+                        }
+                    }
+                }
+            }
         }
     }
 
