@@ -552,16 +552,22 @@ mod tests {
         assert_eq!(exp_nonpositive(-744.44).to_bits(), 1);
     }
 
-    /// Every kernel this machine can run (and the scalar one everywhere) against the scalar
-    /// formula, bit for bit, on lengths that leave every tail length.
-    #[test]
-    fn every_kernel_gives_the_scalar_formulas_bits() {
+    /// Every kernel this machine can run, and the scalar one everywhere.
+    fn kernels() -> Vec<Isa> {
         let mut isas = vec![Isa::Scalar];
         #[cfg(target_arch = "x86_64")]
         {
             isas.extend(pulp::x86::V4::try_new().map(Isa::V4));
             isas.extend(pulp::x86::V3::try_new().map(Isa::V3));
         }
+        isas
+    }
+
+    /// Every kernel this machine can run (and the scalar one everywhere) against the scalar
+    /// formula, bit for bit, on lengths that leave every tail length.
+    #[test]
+    fn every_kernel_gives_the_scalar_formulas_bits() {
+        let isas = kernels();
         let args = arguments();
         let want: Vec<u64> = args.iter().map(|&x| exp_nonpositive(x).to_bits()).collect();
         for isa in isas {
@@ -621,12 +627,7 @@ mod tests {
     /// [`SOFTMAX_MAX_COLUMNS`] columns do nothing. Rows start off a vector boundary.
     #[test]
     fn softmax_kernels_give_the_formulas_bits_up_to_where_they_stop() {
-        let mut isas = vec![Isa::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        {
-            isas.extend(pulp::x86::V4::try_new().map(Isa::V4));
-            isas.extend(pulp::x86::V3::try_new().map(Isa::V3));
-        }
+        let isas = kernels();
         // At most 4 vectors of 8 rows at a time.
         const MOST_AT_ONCE: usize = 32;
         let (first, end) = (5, 230);
