@@ -134,8 +134,9 @@ pub const SOFTMAX_MAX_COLUMNS: usize = 32;
 /// Why one pass: done in three passes over a block of rows (`generative`'s normalisation), the
 /// maximum and the sums were each loaded and stored again for every column, and on a Zen 5 the
 /// normalisation of ten classes took 0.50–0.52 ns per value on one core (a 4096-row chunk in
-/// L2) against 0.29–0.30 ns for its exponentials alone; in one pass, a vector of rows at a
-/// time, 0.42 ns; two vectors interleaved 0.39 ns, four 0.36–0.37 ns.
+/// L2) against 0.28–0.33 ns for its exponentials alone; in one pass, a vector of rows at a
+/// time, 0.42 ns; two vectors interleaved 0.39 ns, four 0.36–0.44 ns (BENCHMARKS.md,
+/// seventy-first round).
 ///
 /// Takes groups of whole vectors of rows only (four vectors on AVX-512, two on AVX2), on the
 /// widest kernel the CPU has, and stops before the first group with a row whose largest score
