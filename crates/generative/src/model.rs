@@ -815,18 +815,14 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
         }
         if let Some(done) = partial {
             let len = NORMALIZE_BLOCK.min(b - r0);
-            // The general path starts from no maximum and no sum (these hold an earlier block's).
-            max[done..len].fill(f64::NEG_INFINITY);
-            sum[done..len].fill(0.0);
-            let special_norms = normalize_rows(
-                m.as_mut().subrows_mut(r0 + done, len - done),
+            finish_block(
+                m.as_mut().subrows_mut(r0, len),
                 probability,
-                &mut max[done..len],
-                &mut sum[done..len],
+                done,
+                &mut max[..len],
+                &mut sum[..len],
+                log_normalizer_sum.as_deref_mut(),
             );
-            if let Some(total) = log_normalizer_sum.as_deref_mut() {
-                *total += log_sum_of_rows(&max[..len], &sum[..len], k) + special_norms;
-            }
             r0 += len;
         }
         while r0 < b {
@@ -875,8 +871,34 @@ fn normalize_block(
         .map(|mut columns| {
             density::exp::softmax_rows(&mut columns[..k], 0..b, &mut max[..b], &mut sum[..b])
         });
-    let done = fused.unwrap_or(0);
+    finish_block(
+        m,
+        probability,
+        fused.unwrap_or(0),
+        &mut max[..b],
+        &mut sum[..b],
+        log_normalizer_sum,
+    );
+}
+
+/// The rows of a block from `done` on by the general path ([`normalize_rows`]), those before it
+/// done by `density::exp::softmax_rows` (their maxima and sums in `max` and `sum`); then the
+/// block's log normalisers added to `log_normalizer_sum`.
+#[inline(always)]
+fn finish_block(
+    mut m: MatMut<'_, f64>,
+    probability: bool,
+    done: usize,
+    max: &mut [f64],
+    sum: &mut [f64],
+    log_normalizer_sum: Option<&mut f64>,
+) {
+    let (b, k) = (m.nrows(), m.ncols());
     let special_norms = if done < b {
+        // The general path starts from no maximum and no sum (the caller's buffers may hold an
+        // earlier block's).
+        max[done..b].fill(f64::NEG_INFINITY);
+        sum[done..b].fill(0.0);
         normalize_rows(
             m.as_mut().subrows_mut(done, b - done),
             probability,
@@ -887,7 +909,7 @@ fn normalize_block(
         0.0
     };
     if let Some(total) = log_normalizer_sum {
-        *total += log_sum_of_rows(&max[..b], &sum[..b], k) + special_norms;
+        *total += log_sum_of_rows(max, sum, k) + special_norms;
     }
 }
 
