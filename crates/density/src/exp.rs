@@ -269,7 +269,14 @@ fn expm1_reduced<S: pulp::Simd>(simd: S, r: S::f64s) -> S::f64s {
 
 /// A SIMD type with a whole-vector [`exp_nonpositive`].
 trait VectorExp: pulp::Simd {
-    fn exp_nonpositive_f64s(self, x: Self::f64s) -> Self::f64s;
+    fn exp_nonpositive_f64s(self, x: Self::f64s) -> Self::f64s {
+        self.exp_f64s::<true>(x)
+    }
+    /// [`exp_nonpositive`] on a vector. Without `CLAMP_ABOVE` the lanes must be ≤ 0 or NaN
+    /// (which the clamp below turns into −746, as with it): then the clamp at 0 changes
+    /// nothing but −0 into +0, whose result is 1 either way, and leaving it out saves one
+    /// operation of about sixteen (`softmax_rows`, whose arguments are v − max, 6% faster).
+    fn exp_f64s<const CLAMP_ABOVE: bool>(self, x: Self::f64s) -> Self::f64s;
     /// Whether every lane of `x` is finite.
     fn all_finite_f64s(self, x: Self::f64s) -> bool;
 }
@@ -374,13 +381,14 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
         }
         let mut s: [S::f64s; U] = std::array::from_fn(|_| simd.splat_f64s(0.0));
         for u in 0..U {
-            let e = simd.exp_nonpositive_f64s(simd.sub_f64s(first[t + u], m[u]));
+            // v − m ≤ 0 (m is the largest) or NaN: no clamp at 0 needed.
+            let e = simd.exp_f64s::<false>(simd.sub_f64s(first[t + u], m[u]));
             first[t + u] = e;
             s[u] = simd.add_f64s(s[u], e);
         }
         for col in rest.iter_mut() {
             for u in 0..U {
-                let e = simd.exp_nonpositive_f64s(simd.sub_f64s(col[t + u], m[u]));
+                let e = simd.exp_f64s::<false>(simd.sub_f64s(col[t + u], m[u]));
                 col[t + u] = e;
                 s[u] = simd.add_f64s(s[u], e);
             }
@@ -404,14 +412,19 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
 #[cfg(target_arch = "x86_64")]
 impl VectorExp for pulp::x86::V4 {
     #[inline(always)]
-    fn exp_nonpositive_f64s(self, x: Self::f64s) -> Self::f64s {
+    fn exp_f64s<const CLAMP_ABOVE: bool>(self, x: Self::f64s) -> Self::f64s {
         use core::arch::x86_64::__m512d;
         let f = self.avx512f;
         let splat = |v: f64| f._mm512_set1_pd(v);
         let fma = |a: __m512d, b: __m512d, c: __m512d| f._mm512_fmadd_pd(a, b, c);
         // `max` returns its second operand when either is NaN: NaN becomes −746, as in the
         // scalar `f64::max`.
-        let x = f._mm512_min_pd(f._mm512_max_pd(pulp::cast(x), splat(-746.0)), splat(0.0));
+        let x = f._mm512_max_pd(pulp::cast(x), splat(-746.0));
+        let x = if CLAMP_ABOVE {
+            f._mm512_min_pd(x, splat(0.0))
+        } else {
+            x
+        };
         let t = fma(x, splat(K_SCALE), splat(SHIFT));
         let k = f._mm512_sub_pd(t, splat(SHIFT));
         let r = f._mm512_fnmadd_pd(k, splat(LN2_HI), x);
@@ -442,12 +455,17 @@ impl VectorExp for pulp::x86::V4 {
 impl VectorExp for pulp::x86::V3 {
     #[inline(always)]
     #[allow(unsafe_code)]
-    fn exp_nonpositive_f64s(self, x: Self::f64s) -> Self::f64s {
+    fn exp_f64s<const CLAMP_ABOVE: bool>(self, x: Self::f64s) -> Self::f64s {
         use core::arch::x86_64::__m256d;
         let (f, i) = (self.avx, self.avx2);
         let splat = |v: f64| f._mm256_set1_pd(v);
         let fma = |a: __m256d, b: __m256d, c: __m256d| self.fma._mm256_fmadd_pd(a, b, c);
-        let x = f._mm256_min_pd(f._mm256_max_pd(pulp::cast(x), splat(-746.0)), splat(0.0));
+        let x = f._mm256_max_pd(pulp::cast(x), splat(-746.0));
+        let x = if CLAMP_ABOVE {
+            f._mm256_min_pd(x, splat(0.0))
+        } else {
+            x
+        };
         let t = fma(x, splat(K_SCALE), splat(SHIFT));
         let k = f._mm256_sub_pd(t, splat(SHIFT));
         let r = self.fma._mm256_fnmadd_pd(k, splat(LN2_HI), x);
