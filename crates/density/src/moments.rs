@@ -1401,7 +1401,6 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
     let (n, k) = (groups.len(), acc.len() / 8);
     acc.fill(0.0);
     let f = simd.avx;
-    let zero = f._mm256_setzero_pd();
     let (accs, _) = pulp::x86::V3::as_mut_simd_f64s(acc);
     let centres = pulp::x86::V3::as_simd_f64s(centre).0;
     // A block of four columns or fewer (d = 2, or the last of d = 4 mod 8) takes one half.
@@ -1413,13 +1412,8 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
         }
         for r0 in [i0, i0 + 4] {
             for h in 0..halves {
-                let cols: [__m256d; 4] = std::array::from_fn(|c| match columns.get(4 * h + c) {
-                    Some(col) => {
-                        let v: [f64; 4] = col[r0..r0 + 4].try_into().unwrap_or_default();
-                        pulp::cast(v)
-                    }
-                    None => zero,
-                });
+                let cols: [__m256d; 4] =
+                    std::array::from_fn(|c| four_rows_or_zeros(columns, 4 * h + c, r0));
                 let rows = crate::block::transpose4_v3(simd, cols);
                 for (t, &row) in rows.iter().enumerate() {
                     let g = groups[r0 + t];
@@ -1441,6 +1435,17 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
     by_rows_tail::<SQUARE>(columns, groups, whole, acc, centre);
 }
 
+/// Rows `r0 .. r0 + 4` of column `c` of a by-rows block, or zeros past the block's columns.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn four_rows_or_zeros(columns: &[&[f64]], c: usize, r0: usize) -> std::arch::x86_64::__m256d {
+    let v: [f64; 4] = columns
+        .get(c)
+        .map(|col| col[r0..r0 + 4].try_into().unwrap_or_default())
+        .unwrap_or_default();
+    pulp::cast(v)
+}
+
 /// [`by_rows_v3`] for a block of one or two columns: each four rows' pairs are interleaved by
 /// two unpacks (no transpose of a block that is mostly zeros), and each row's pair is added to
 /// its group's first two sums (`acc[g · 8..][..2]`). The same additions per group and column in
@@ -1456,28 +1461,21 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool>(
     centre: &[f64],
     next: &[&[f64]],
 ) {
-    use std::arch::x86_64::{__m128d, __m256d};
+    use std::arch::x86_64::__m128d;
     debug_assert!(columns.len() <= 2);
     let (n, k) = (groups.len(), acc.len() / 8);
     acc.fill(0.0);
     let (f, f2) = (simd.avx, simd.sse2);
-    let zero = f._mm256_setzero_pd();
-    let load = |c: usize, r0: usize| -> __m256d {
-        match columns.get(c) {
-            Some(col) => {
-                let v: [f64; 4] = col[r0..r0 + 4].try_into().unwrap_or_default();
-                pulp::cast(v)
-            }
-            None => zero,
-        }
-    };
     let whole = n / 8 * 8;
     for i0 in (0..whole).step_by(8) {
         for col in next {
             crate::block::prefetch(col, i0);
         }
         for r0 in [i0, i0 + 4] {
-            let (a, b) = (load(0, r0), load(1, r0));
+            let (a, b) = (
+                four_rows_or_zeros(columns, 0, r0),
+                four_rows_or_zeros(columns, 1, r0),
+            );
             // Rows r0 and r0 + 2 in `even`'s halves, r0 + 1 and r0 + 3 in `odd`'s.
             let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
             let rows: [__m128d; 4] = [
