@@ -5,9 +5,12 @@
 //!   figures with `xtask/expected.json` (exit 1 naming any figure that moved).
 //! - `gen <scenario> --out DIR`: write a scenario's data as CSV for `ssl-cli`.
 //! - `bench [--quick] [--compare]`: throughput and EM timings, optionally against scikit-learn.
+//! - `check-inlining [BINARY..]`: no SIMD intrinsic is compiled out of line (this release
+//!   executable by default); CI runs it.
 
 mod bench;
 mod chart;
+mod inlining;
 mod reproduce;
 
 use std::process::ExitCode;
@@ -18,7 +21,7 @@ static ALLOC: ssl_cli::alloc::HugePageAlloc = ssl_cli::alloc::HugePageAlloc;
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  profile-em [D] [K] [full|diag|tied]  EM iterations at n = 1e6 (for a profiler; full covariance by default;\n      PROFILE_ROW_MAJOR=1 lays the rows out row-major, as ssl-cli reads them;\n      PROFILE_LAMBDA=x weighs the unlabeled rows of its 3-iteration fit by x)\n  profile <model>-<fit|predict|predict-into|joint-into|labels|loglik> [D] [K]  10 fits or predictions (predict-into: into a kept buffer; joint-into: its log joints only; labels: `predict`'s classes; loglik: `log_likelihood`) at n = 1e6 (lda, qda, gnb, bnb, mnb);\n      PROFILE_COLD=c|s|cs first writes 64 MiB (c) and/or sleeps 20 ms (s) before each, as the benchmark's host gate does;\n      PROFILE_REPS=N times N runs instead of 10; PROFILE_N=N uses N rows instead of 1e6",
+        "usage: cargo xtask <command>\n\n  reproduce [--quick] [--bless]   rerun the experiments and check them\n  gen <scenario> --out DIR        write a scenario as CSV ({})\n  bench [--quick] [--compare] [--csv-only] [--models M,..] [--n N,..]  benchmarks (target/bench/report.md)\n  check-inlining [BINARY..]       no SIMD intrinsic compiled out of line (this executable by default)\n  profile-em [D] [K] [full|diag|tied]  EM iterations at n = 1e6 (for a profiler; full covariance by default;\n      PROFILE_ROW_MAJOR=1 lays the rows out row-major, as ssl-cli reads them;\n      PROFILE_LAMBDA=x weighs the unlabeled rows of its 3-iteration fit by x)\n  profile <model>-<fit|predict|predict-into|joint-into|labels|loglik> [D] [K]  10 fits or predictions (predict-into: into a kept buffer; joint-into: its log joints only; labels: `predict`'s classes; loglik: `log_likelihood`) at n = 1e6 (lda, qda, gnb, bnb, mnb);\n      PROFILE_COLD=c|s|cs first writes 64 MiB (c) and/or sleeps 20 ms (s) before each, as the benchmark's host gate does;\n      PROFILE_REPS=N times N runs instead of 10; PROFILE_N=N uses N rows instead of 1e6",
         reproduce::SCENARIOS.join(", ")
     );
     ExitCode::from(2)
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
                 bench::run(flag("--quick"), flag("--compare"), flag("--csv-only"), &sel)
             })
         }
+        Some("check-inlining") => inlining::run(&args[1..]),
         Some("profile-em") => bench::profile_em(
             args.get(1).and_then(|v| v.parse().ok()).unwrap_or(16),
             args.get(2).and_then(|v| v.parse().ok()).unwrap_or(10),
