@@ -1274,6 +1274,90 @@ pub fn grouped_moments_by_rows(
     }
 }
 
+/// Each group's mean and full scatter of a two-column `x` (row by row: `means[g · 2..][..2]`,
+/// and the packed lower triangle `lower[g · 3..][..3]` = (S₁₁, S₁₂, S₂₂)), by rows as
+/// [`grouped_moments_by_rows`]: the sums, then each row's deviations from its group's mean,
+/// their squares and their product in one pass. S₁₁ and S₂₂ are the bits
+/// `grouped_moments_by_rows` gives; every sum is in row order. `counts` as there. Groups at or
+/// past `counts.len()` are skipped.
+///
+/// Why: a labeled full-covariance fit of many classes at d = 2 otherwise groups the rows by
+/// class and copies them by index before a scatter per class, and the grouping alone, K passes
+/// over the labels, took a third of QDA's fit at K = 10.
+pub fn grouped_pair_moments_by_rows(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+    lower: &mut [f64],
+) {
+    let (n, k) = (x.nrows().min(groups.len()), counts.len());
+    debug_assert_eq!(x.ncols(), 2);
+    debug_assert_eq!(means.len(), k * 2);
+    debug_assert_eq!(lower.len(), k * 3);
+    let groups = &groups[..n];
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = ByRows::new()
+        && x.ncols() == 2
+        && let Some(columns) = crate::block::contiguous_columns(x, 0..2)
+    {
+        return pair_moments_with(kernel, &columns, groups, counts, means, lower);
+    }
+    means.fill(0.0);
+    lower.fill(0.0);
+    for (i, &g) in groups.iter().enumerate() {
+        if g < k {
+            for j in 0..2 {
+                means[g * 2 + j] += x[(i, j)];
+            }
+        }
+    }
+    for (g, &count) in counts.iter().enumerate() {
+        for m in &mut means[g * 2..(g + 1) * 2] {
+            *m = group_mean(*m, count);
+        }
+    }
+    for (i, &g) in groups.iter().enumerate() {
+        if g < k {
+            let e = [x[(i, 0)] - means[g * 2], x[(i, 1)] - means[g * 2 + 1]];
+            lower[g * 3] += e[0] * e[0];
+            lower[g * 3 + 1] += e[0] * e[1];
+            lower[g * 3 + 2] += e[1] * e[1];
+        }
+    }
+}
+
+/// A group's mean from its sum and row count (0 for an empty group).
+fn group_mean(sum: f64, count: usize) -> f64 {
+    if count == 0 { 0.0 } else { sum / count as f64 }
+}
+
+/// [`grouped_pair_moments_by_rows`] of two contiguous `columns` with `kernel`.
+#[cfg(target_arch = "x86_64")]
+fn pair_moments_with(
+    kernel: ByRows,
+    columns: &[&[f64]],
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+    lower: &mut [f64],
+) {
+    let k = counts.len();
+    let (mut acc, mut centre) = (vec![0.0; k * 8], vec![0.0; k * 8]);
+    kernel.pass::<false>(columns, groups, &mut acc, &[], &[]);
+    for (g, &count) in counts.iter().enumerate() {
+        for c in 0..2 {
+            let mean = group_mean(acc[g * 8 + c], count);
+            (centre[g * 8 + c], means[g * 2 + c]) = (mean, mean);
+        }
+    }
+    kernel.pair_products(columns, groups, &mut acc, &centre);
+    for g in 0..k {
+        let slots = &acc[g * 8..][..3];
+        lower[g * 3..][..3].copy_from_slice(&[slots[0], slots[2], slots[1]]);
+    }
+}
+
 /// [`grouped_moments_by_rows`] of contiguous `columns` with `kernel`, eight columns at a time.
 #[cfg(target_arch = "x86_64")]
 fn moments_by_row_blocks(
@@ -1342,6 +1426,27 @@ impl ByRows {
             .collect()
     }
 
+    /// [`by_rows_pairs`]' pass with `CROSS` over two columns with this kernel: each group's
+    /// (e₁², e₂², e₁e₂, e₂e₁) sums into its first four slots of `acc`.
+    #[inline]
+    pub(crate) fn pair_products(
+        self,
+        columns: &[&[f64]],
+        groups: &[usize],
+        acc: &mut [f64],
+        centre: &[f64],
+    ) {
+        debug_assert_eq!(columns.len(), 2);
+        let simd = match self {
+            Self::V4(simd) => *simd,
+            Self::V3(simd) => simd,
+        };
+        simd.vectorize(
+            #[inline(always)]
+            || by_rows_pairs::<true, true>(simd, columns, groups, acc, centre, &[]),
+        );
+    }
+
     /// [`by_rows_v4`]'s pass with this kernel.
     #[inline]
     pub(crate) fn pass<const SQUARE: bool>(
@@ -1360,7 +1465,7 @@ impl ByRows {
             // there).
             Self::V4(simd) if columns.len() <= 2 => simd.vectorize(
                 #[inline(always)]
-                || by_rows_pairs::<SQUARE>(*simd, columns, groups, acc, centre, next),
+                || by_rows_pairs::<SQUARE, false>(*simd, columns, groups, acc, centre, next),
             ),
             // Three or four columns: AVX2's kernel (four rows of four columns a transpose, 8
             // shuffles for four rows), not eight rows of eight columns mostly zeros (24 for
@@ -1451,9 +1556,14 @@ fn four_rows_or_zeros(columns: &[&[f64]], c: usize, r0: usize) -> std::arch::x86
 /// its group's first two sums (`acc[g · 8..][..2]`). The same additions per group and column in
 /// the same order, so the same bits. The second sum of a one-column block holds no meaningful
 /// value (as the lanes past a block's columns in the other kernels); no caller reads it.
+///
+/// With `CROSS` (and `SQUARE`, two columns), each row's deviations (e₁, e₂) from its group's
+/// centre add (e₁², e₂², e₁e₂, e₂e₁) to the group's first four sums: the squares are the bits
+/// `SQUARE` alone gives, and the third sum is the cross product's, a full 2 × 2 scatter in the
+/// one pass ([`grouped_pair_moments_by_rows`]).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) fn by_rows_pairs<const SQUARE: bool>(
+pub(crate) fn by_rows_pairs<const SQUARE: bool, const CROSS: bool>(
     simd: pulp::x86::V3,
     columns: &[&[f64]],
     groups: &[usize],
@@ -1497,6 +1607,22 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool>(
             ];
             for (t, &row) in rows.iter().enumerate() {
                 let g = eight[half * 4 + t];
+                if CROSS {
+                    let (Some(c), Some(slots)) = (centres.get(g), sums.get_mut(g)) else {
+                        continue;
+                    };
+                    let dev = f2._mm_sub_pd(row, pulp::cast([c[0], c[1]]));
+                    // (e₁, e₂, e₁, e₂) · (e₁, e₂, e₂, e₁).
+                    let swapped = f2._mm_shuffle_pd::<0b01>(dev, dev);
+                    let term = f._mm256_mul_pd(
+                        f._mm256_set_m128d(dev, dev),
+                        f._mm256_set_m128d(swapped, dev),
+                    );
+                    let sum: [f64; 4] = [slots[0], slots[1], slots[2], slots[3]];
+                    let sum: [f64; 4] = pulp::cast(f._mm256_add_pd(pulp::cast(sum), term));
+                    slots[..4].copy_from_slice(&sum);
+                    continue;
+                }
                 let term = if SQUARE {
                     let Some(c) = centres.get(g) else { continue };
                     let c: __m128d = pulp::cast([c[0], c[1]]);
@@ -1513,6 +1639,19 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool>(
                 slots[..2].copy_from_slice(&sum);
             }
         }
+    }
+    if CROSS {
+        for (i, &g) in groups.iter().enumerate().skip(whole) {
+            let (Some(c), Some(slots)) = (centres.get(g), sums.get_mut(g)) else {
+                continue;
+            };
+            let e = [columns[0][i] - c[0], columns[1][i] - c[1]];
+            let term = [e[0] * e[0], e[1] * e[1], e[0] * e[1], e[1] * e[0]];
+            for (s, t) in slots.iter_mut().zip(term) {
+                *s += t;
+            }
+        }
+        return;
     }
     by_rows_tail::<SQUARE>(columns, groups, whole, acc, centre);
 }
@@ -2358,6 +2497,85 @@ mod tests {
                     &mut s2
                 ));
                 assert!(m2.iter().chain(&s2).all(|&v| v == 7.0));
+            }
+        }
+    }
+
+    #[test]
+    fn pair_moments_by_rows_are_sums_in_row_order() {
+        // Every remainder of eight rows, groups past k skipped, an empty group, and a large
+        // offset (the scatter is centred before any product).
+        for (n, k) in [(0, 2), (7, 5), (8, 3), (29, 6), (300, 10), (1031, 7)] {
+            let x = faer::Mat::from_fn(n, 2, |i, j| {
+                ((i * 7919 + j * 31) % 1009) as f64 * 0.37 - 150.0 + 1e6 * (j + 1) as f64
+            });
+            let groups: Vec<usize> = (0..n)
+                .map(|i| {
+                    if i % 11 == 5 {
+                        k + i % 3
+                    } else {
+                        (i * 13 + i / 7) % (k - 1)
+                    }
+                })
+                .collect();
+            let counts = group_counts(&groups, k);
+            // The definition, in row order.
+            let mut means = vec![0.0f64; k * 2];
+            for (i, &g) in groups.iter().enumerate() {
+                if g < k {
+                    for j in 0..2 {
+                        means[g * 2 + j] += x[(i, j)];
+                    }
+                }
+            }
+            for (at, m) in means.iter_mut().enumerate() {
+                *m = group_mean(*m, counts[at / 2]);
+            }
+            let mut lower = vec![0.0f64; k * 3];
+            for (i, &g) in groups.iter().enumerate() {
+                if g < k {
+                    let e = [x[(i, 0)] - means[g * 2], x[(i, 1)] - means[g * 2 + 1]];
+                    lower[g * 3] += e[0] * e[0];
+                    lower[g * 3 + 1] += e[0] * e[1];
+                    lower[g * 3 + 2] += e[1] * e[1];
+                }
+            }
+            let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            // The squares are the diagonal moments' bits.
+            let (mut dm, mut ds) = (vec![0.0; k * 2], vec![0.0; k * 2]);
+            grouped_moments_by_rows(x.as_ref(), &groups, &counts, &mut dm, &mut ds);
+            let diagonal: Vec<f64> = (0..k)
+                .flat_map(|g| [lower[g * 3], lower[g * 3 + 2]])
+                .collect();
+            assert_eq!(bits(&ds), bits(&diagonal), "squares n {n} k {k}");
+            let rows = x.transpose().to_owned();
+            for view in [x.as_ref(), rows.transpose()] {
+                let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
+                grouped_pair_moments_by_rows(view, &groups, &counts, &mut m, &mut l);
+                assert_eq!(bits(&m), bits(&means), "means n {n} k {k}");
+                assert_eq!(bits(&l), bits(&lower), "scatter n {n} k {k}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            for kernel in ByRows::available() {
+                let columns =
+                    crate::block::contiguous_columns(x.as_ref(), 0..2).unwrap_or_default();
+                let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
+                pair_moments_with(kernel, &columns, &groups, &counts, &mut m, &mut l);
+                assert_eq!(bits(&m), bits(&means), "{kernel:?} means n {n} k {k}");
+                assert_eq!(bits(&l), bits(&lower), "{kernel:?} scatter n {n} k {k}");
+            }
+            // Against the gathered rows' two-pass covariance.
+            for g in 0..k - 1 {
+                let members: Vec<usize> = (0..n).filter(|&i| groups[i] == g).collect();
+                let mean = |j: usize| {
+                    members.iter().map(|&i| x[(i, j)]).sum::<f64>() / members.len().max(1) as f64
+                };
+                let (m0, m1) = (mean(0), mean(1));
+                let s01: f64 = members
+                    .iter()
+                    .map(|&i| (x[(i, 0)] - m0) * (x[(i, 1)] - m1))
+                    .sum();
+                assert!((lower[g * 3 + 1] - s01).abs() <= 1e-9 * (1.0 + s01.abs()));
             }
         }
     }

@@ -846,6 +846,29 @@ impl Checked<GaussianParams> {
         {
             return diagonal_class_stats_by_rows(&chunk, labels, k, spare).map(wrap);
         }
+        // Full statistics of labeled rows of two features and more classes than the masks
+        // take: each class's sums, then its deviations' squares and product, by rows in one
+        // pass each (`density::moments::grouped_pair_moments_by_rows`), with no grouping of
+        // the rows and no copy; the sums also check the values.
+        if let Some(labels) = chunk.labels
+            && kind == ScatterKind::Full
+            && !pooled
+            && d == 2
+        {
+            let counts = group_counts(labels, k);
+            let (mut means, mut lower) = (vec![0.0; k * 2], vec![0.0; k * 3]);
+            density::moments::grouped_pair_moments_by_rows(
+                chunk.x, labels, &counts, &mut means, &mut lower,
+            );
+            // A non-finite value makes its class's mean non-finite (the check names it).
+            check_through_sums(&chunk, MatRef::from_row_major_slice(&means, k, d))?;
+            let mut classes = ChunkStats::classes_to_fill(spare, k, d, kind);
+            for (c, class) in classes.iter_mut().enumerate() {
+                let (mean, packed) = (&means[c * 2..][..2], &lower[c * 3..][..3]);
+                class.set_full_packed(counts[c] as f64, mean, packed);
+            }
+            return Ok(wrap(classes));
+        }
         // Every other labeled chunk (full statistics): split by class once, which also tells
         // whether its values are finite, so it is read once, not a second time by the check
         // (a check, then a copy in class order, read a chunk too large for L2 from memory
@@ -1948,6 +1971,88 @@ mod tests {
 
     fn bits(v: &[f64]) -> Vec<u64> {
         v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// Labeled full statistics of two features and more classes than the masks take (by rows,
+    /// `grouped_pair_moments_by_rows`): each class's weight, mean and scatter are those of its
+    /// rows gathered, by the two-pass formula, and the same when refilled into another chunk's
+    /// statistics. Values far from zero, a class of one row and an empty class.
+    #[test]
+    fn labeled_full_statistics_of_two_features_by_rows_are_each_class_s_own() {
+        let qda = GaussianParams::with_structure(CovarianceStructure::Full)
+            .check()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (n, d) = (1037, 2);
+        for k in [MASKED_MAX_CLASSES + 1, 10, 16] {
+            assert!(!by_masks(k, d));
+            // Class 0 has one row, class k - 1 none.
+            let label = |i: usize| {
+                if i == 0 {
+                    0
+                } else {
+                    1 + (i * 7 + i / 5) % (k - 2)
+                }
+            };
+            let labels: Vec<usize> = (0..n).map(label).collect();
+            let x = Mat::from_fn(n, d, |i, j| {
+                1e4 * (j + 1) as f64
+                    + ((i * 37 + j * 11) % 101) as f64 / 7.0
+                    + (i % 3) as f64 * j as f64
+            });
+            let empty = Mat::<f64>::zeros(n, 0);
+            let mut state = gaussian_scratch();
+            let chunk = labeled(x.as_ref(), &labels, empty.as_ref());
+            let Ok(ChunkStats::Classes(classes)) = qda.chunk_stats(&mut state, chunk, d, k) else {
+                panic!("K = {k}: no class statistics");
+            };
+            for (c, class) in classes.iter().enumerate() {
+                let rows: Vec<usize> = (0..n).filter(|&i| labels[i] == c).collect();
+                assert_eq!(class.weight(), rows.len() as f64, "K = {k}, class {c}");
+                let mean: Vec<f64> = (0..d)
+                    .map(|j| {
+                        rows.iter().map(|&i| x[(i, j)]).sum::<f64>() / rows.len().max(1) as f64
+                    })
+                    .collect();
+                for j in 0..d {
+                    let near = (class.mean()[j] - mean[j]).abs() <= 1e-12 * mean[j].abs();
+                    assert!(near, "K = {k}, class {c}, mean {j}");
+                    for l in 0..d {
+                        let want: f64 = rows
+                            .iter()
+                            .map(|&i| (x[(i, j)] - mean[j]) * (x[(i, l)] - mean[l]))
+                            .sum();
+                        let got = class.scatter()[j * d + l];
+                        assert!(
+                            (got - want).abs() <= 1e-9 * (1.0 + want.abs()),
+                            "K = {k}, class {c}, scatter ({j}, {l}): {got} against {want}"
+                        );
+                    }
+                }
+            }
+            // Into the vectors of another chunk's statistics: the same bits.
+            let other: Vec<usize> = (0..n).map(|i| (i * 5) % k).collect();
+            let Ok(previous) = qda.chunk_stats(
+                &mut state,
+                labeled(x.as_ref(), &other, empty.as_ref()),
+                d,
+                k,
+            ) else {
+                panic!("K = {k}: the other chunk");
+            };
+            state.4 = Some(previous);
+            let chunk = labeled(x.as_ref(), &labels, empty.as_ref());
+            let Ok(ChunkStats::Classes(again)) = qda.chunk_stats(&mut state, chunk, d, k) else {
+                panic!("K = {k}: no refilled statistics");
+            };
+            for (c, (got, want)) in again.iter().zip(&classes).enumerate() {
+                assert_eq!(bits(got.mean()), bits(want.mean()), "K = {k}, class {c}");
+                assert_eq!(
+                    bits(got.scatter()),
+                    bits(want.scatter()),
+                    "K = {k}, class {c}"
+                );
+            }
+        }
     }
 
     /// The masked statistics of a labeled chunk: pooled, the bits `PooledStats::from_classes`
