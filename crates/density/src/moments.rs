@@ -1250,20 +1250,8 @@ pub fn grouped_moments_by_rows(
     {
         return moments_by_row_blocks(kernel, &columns, groups, counts, means, squares);
     }
-    means.fill(0.0);
+    group_means_one_by_one(x, groups, counts, means);
     squares.fill(0.0);
-    for (i, &g) in groups.iter().enumerate() {
-        if g < k {
-            for j in 0..d {
-                means[g * d + j] += x[(i, j)];
-            }
-        }
-    }
-    for (g, &count) in counts.iter().enumerate() {
-        for m in &mut means[g * d..(g + 1) * d] {
-            *m = if count == 0 { 0.0 } else { *m / count as f64 };
-        }
-    }
     for (i, &g) in groups.iter().enumerate() {
         if g < k {
             for j in 0..d {
@@ -1303,26 +1291,39 @@ pub fn grouped_pair_moments_by_rows(
     {
         return pair_moments_with(kernel, &columns, groups, counts, means, lower);
     }
-    means.fill(0.0);
+    group_means_one_by_one(x, groups, counts, means);
     lower.fill(0.0);
-    for (i, &g) in groups.iter().enumerate() {
-        if g < k {
-            for j in 0..2 {
-                means[g * 2 + j] += x[(i, j)];
-            }
-        }
-    }
-    for (g, &count) in counts.iter().enumerate() {
-        for m in &mut means[g * 2..(g + 1) * 2] {
-            *m = group_mean(*m, count);
-        }
-    }
     for (i, &g) in groups.iter().enumerate() {
         if g < k {
             let e = [x[(i, 0)] - means[g * 2], x[(i, 1)] - means[g * 2 + 1]];
             lower[g * 3] += e[0] * e[0];
             lower[g * 3 + 1] += e[0] * e[1];
             lower[g * 3 + 2] += e[1] * e[1];
+        }
+    }
+}
+
+/// Each group's mean of the rows of `x` (`means[g · d..][..d]`), summed one value at a time in
+/// row order: the by-rows kernels' sums without them. Groups at or past `counts.len()` are
+/// skipped.
+fn group_means_one_by_one(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+) {
+    let (d, k) = (x.ncols(), counts.len());
+    means.fill(0.0);
+    for (i, &g) in groups.iter().enumerate() {
+        if g < k {
+            for j in 0..d {
+                means[g * d + j] += x[(i, j)];
+            }
+        }
+    }
+    for (g, &count) in counts.iter().enumerate() {
+        for m in &mut means[g * d..(g + 1) * d] {
+            *m = group_mean(*m, count);
         }
     }
 }
@@ -2501,6 +2502,20 @@ mod tests {
         }
     }
 
+    /// Groups of `n` rows for the by-rows tests: group k - 1 stays empty, and every eleventh
+    /// row is outside the groups (k to k + 2).
+    fn spread_groups(n: usize, k: usize) -> Vec<usize> {
+        (0..n)
+            .map(|i| {
+                if i % 11 == 5 {
+                    k + i % 3
+                } else {
+                    (i * 13 + i / 7) % (k - 1)
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn pair_moments_by_rows_are_sums_in_row_order() {
         // Every remainder of eight rows, groups past k skipped, an empty group, and a large
@@ -2509,15 +2524,7 @@ mod tests {
             let x = faer::Mat::from_fn(n, 2, |i, j| {
                 ((i * 7919 + j * 31) % 1009) as f64 * 0.37 - 150.0 + 1e6 * (j + 1) as f64
             });
-            let groups: Vec<usize> = (0..n)
-                .map(|i| {
-                    if i % 11 == 5 {
-                        k + i % 3
-                    } else {
-                        (i * 13 + i / 7) % (k - 1)
-                    }
-                })
-                .collect();
+            let groups = spread_groups(n, k);
             let counts = group_counts(&groups, k);
             // The definition, in row order.
             let mut means = vec![0.0f64; k * 2];
@@ -2595,16 +2602,7 @@ mod tests {
             let x = faer::Mat::from_fn(n, d, |i, j| {
                 ((i * 7919 + j * 31) % 1009) as f64 * 0.37 - 150.0 + (j * 1000) as f64
             });
-            // Group k - 1 stays empty; every eleventh row is outside the groups.
-            let groups: Vec<usize> = (0..n)
-                .map(|i| {
-                    if i % 11 == 5 {
-                        k + i % 3
-                    } else {
-                        (i * 13 + i / 7) % (k - 1)
-                    }
-                })
-                .collect();
+            let groups = spread_groups(n, k);
             let counts = group_counts(&groups, k);
             // The definition, one value at a time in row order.
             let (mut sums, mut sq) = (vec![0.0f64; k * d], vec![0.0f64; k * d]);
