@@ -1333,6 +1333,29 @@ fn group_mean(sum: f64, count: usize) -> f64 {
     if count == 0 { 0.0 } else { sum / count as f64 }
 }
 
+/// The first pass of the by-rows moments over a `block` of up to eight columns: each group's
+/// sums into `acc` (the kernel's layout, `g · 8 + c`), then their means (0 for an empty group)
+/// into `centre`, in the same layout, for the second pass, and to `mean(g, c, value)`.
+#[cfg(target_arch = "x86_64")]
+fn block_means(
+    kernel: ByRows,
+    block: &[&[f64]],
+    groups: &[usize],
+    counts: &[usize],
+    acc: &mut [f64],
+    centre: &mut [f64],
+    mut mean: impl FnMut(usize, usize, f64),
+) {
+    kernel.pass::<false>(block, groups, acc, &[], &[]);
+    for (g, &count) in counts.iter().enumerate() {
+        for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
+            let value = group_mean(sum, count);
+            centre[g * 8 + c] = value;
+            mean(g, c, value);
+        }
+    }
+}
+
 /// [`grouped_pair_moments_by_rows`] of two contiguous `columns` with `kernel`.
 #[cfg(target_arch = "x86_64")]
 fn pair_moments_with(
@@ -1345,13 +1368,17 @@ fn pair_moments_with(
 ) {
     let k = counts.len();
     let (mut acc, mut centre) = (vec![0.0; k * 8], vec![0.0; k * 8]);
-    kernel.pass::<false>(columns, groups, &mut acc, &[], &[]);
-    for (g, &count) in counts.iter().enumerate() {
-        for c in 0..2 {
-            let mean = group_mean(acc[g * 8 + c], count);
-            (centre[g * 8 + c], means[g * 2 + c]) = (mean, mean);
-        }
-    }
+    block_means(
+        kernel,
+        columns,
+        groups,
+        counts,
+        &mut acc,
+        &mut centre,
+        |g, c, mean| {
+            means[g * 2 + c] = mean;
+        },
+    );
     kernel.pair_products(columns, groups, &mut acc, &centre);
     for g in 0..k {
         let slots = &acc[g * 8..][..3];
@@ -1377,13 +1404,17 @@ fn moments_by_row_blocks(
         // 64 10`, medians of 15, five alternated pairs, without → with: 0.0297, 0.0308,
         // 0.0327, 0.0293, 0.0305 → 0.0279, 0.0344, 0.0275, 0.0263, 0.0244 s.
         let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
-        kernel.pass::<false>(block, groups, &mut acc, &[], &[]);
-        for (g, &count) in counts.iter().enumerate() {
-            for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
-                let mean = if count == 0 { 0.0 } else { sum / count as f64 };
-                (centre[g * 8 + c], means[g * d + j0 + c]) = (mean, mean);
-            }
-        }
+        block_means(
+            kernel,
+            block,
+            groups,
+            counts,
+            &mut acc,
+            &mut centre,
+            |g, c, mean| {
+                means[g * d + j0 + c] = mean;
+            },
+        );
         kernel.pass::<true>(block, groups, &mut acc, &centre, next);
         for g in 0..k {
             squares[g * d + j0..][..block.len()].copy_from_slice(&acc[g * 8..][..block.len()]);

@@ -867,7 +867,7 @@ impl Checked<GaussianParams> {
                 let (mean, packed) = (&means[c * 2..][..2], &lower[c * 3..][..3]);
                 class.set_full_packed(counts[c] as f64, mean, packed);
             }
-            return Ok(wrap(classes));
+            return Ok(ChunkStats::Classes(classes));
         }
         // Every other labeled chunk (full statistics): split by class once, which also tells
         // whether its values are finite, so it is read once, not a second time by the check
