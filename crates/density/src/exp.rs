@@ -141,7 +141,9 @@ pub const SOFTMAX_MAX_COLUMNS: usize = 32;
 /// Takes groups of whole vectors of rows only (four vectors on AVX-512, two on AVX2), on the
 /// widest kernel the CPU has, and stops before the first group with a row whose largest score
 /// is not finite (all −∞, or +∞ somewhere; or NaN in the first column, which `f64::max` would
-/// pass over) and before the rows after the last whole group. Returns the row it stopped at
+/// pass over) and before the rows after the last whole group. Two columns take one exponential
+/// per row (the larger score's is exp(0) = 1 exactly: the same bits) and stop before the first
+/// group with any value not finite. Returns the row it stopped at
 /// (`rows.start` with no vector kernel, or more than [`SOFTMAX_MAX_COLUMNS`] columns, or none):
 /// the caller's general path takes the rest. `shift` and `sums` must hold `rows.len()` values.
 pub fn softmax_rows(
@@ -361,6 +363,9 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
         *head = S::as_mut_simd_f64s(&mut col[rows.clone()]).0;
     }
     let heads = &mut heads[..k];
+    if let [first, second] = heads {
+        return two_class_vectors::<S, U>(simd, first, second, rows, shift, sums);
+    }
     let Some((first, rest)) = heads.split_first_mut() else {
         return rows.start;
     };
@@ -409,6 +414,54 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
         }
         shift[t..t + U].copy_from_slice(&m);
         sums[t..t + U].copy_from_slice(&s);
+        t += U;
+    }
+    rows.start + whole * S::F64_LANES
+}
+
+/// [`softmax_vectors`] of two columns, with one exponential per row: the larger score's is
+/// exp(0) = 1 exactly, so with e = exp(smaller − larger) the sum is 1 + e (in either order), the
+/// larger posterior 1 · (1 / (1 + e)) and the smaller e · (1 / (1 + e)): the same bits as the
+/// general formula. Stops before the first group with a value that is not finite (NaN, ±∞),
+/// which the general path takes.
+#[inline(always)]
+fn two_class_vectors<S: VectorExp, const U: usize>(
+    simd: S,
+    first: &mut [S::f64s],
+    second: &mut [S::f64s],
+    rows: std::ops::Range<usize>,
+    shift: &mut [f64],
+    sums: &mut [f64],
+) -> usize {
+    let (shift, _) = S::as_mut_simd_f64s(&mut shift[..rows.len()]);
+    let (sums, _) = S::as_mut_simd_f64s(&mut sums[..rows.len()]);
+    let vectors = first
+        .len()
+        .min(second.len())
+        .min(shift.len())
+        .min(sums.len());
+    let one = simd.splat_f64s(1.0);
+    let whole = vectors / U * U;
+    let mut t = 0;
+    while t < whole {
+        let a: [S::f64s; U] = std::array::from_fn(|u| first[t + u]);
+        let b: [S::f64s; U] = std::array::from_fn(|u| second[t + u]);
+        if !(0..U).all(|u| simd.all_finite_f64s(a[u]) && simd.all_finite_f64s(b[u])) {
+            return rows.start + t * S::F64_LANES;
+        }
+        for u in 0..U {
+            // Finite values: the maximum and minimum are exact in any order.
+            let m = simd.max_f64s(a[u], b[u]);
+            let e = simd.exp_f64s::<false>(simd.sub_f64s(simd.min_f64s(a[u], b[u]), m));
+            let s = simd.add_f64s(one, e);
+            let f = simd.div_f64s(one, s);
+            let small = simd.mul_f64s(e, f);
+            let below = simd.less_than_f64s(a[u], b[u]);
+            first[t + u] = simd.select_f64s(below, small, f);
+            second[t + u] = simd.select_f64s(below, f, small);
+            shift[t + u] = m;
+            sums[t + u] = s;
+        }
         t += U;
     }
     rows.start + whole * S::F64_LANES
@@ -657,7 +710,7 @@ mod tests {
         let (first, end) = (5, 230);
         let args = arguments();
         for isa in isas {
-            for k in [1, 3, 10, SOFTMAX_MAX_COLUMNS, SOFTMAX_MAX_COLUMNS + 1] {
+            for k in [1, 2, 3, 10, SOFTMAX_MAX_COLUMNS, SOFTMAX_MAX_COLUMNS + 1] {
                 for bad in [None, Some(first), Some(100), Some(end - 1)] {
                     let value = |i: usize, j: usize| match bad {
                         Some(b) if i == b => f64::NEG_INFINITY,

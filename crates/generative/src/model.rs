@@ -16,7 +16,7 @@ use crate::parallel::{
     run_length,
 };
 use crate::{GenerativeError, Result};
-use density::exp::{exp_nonpositive_in_place, exp_shifted_accumulate};
+use density::exp::exp_shifted_accumulate;
 use density::numerics::{log_normalize_in_place, log_sum_exp};
 use density::stats::{Mergeable, ScatterKind, SufficientStats};
 
@@ -747,9 +747,9 @@ const NORMALIZE_BLOCK: usize = 128;
 /// with one exponential per entry. Works on blocks of `NORMALIZE_BLOCK` rows, column by column
 /// within a block (the chunk is column-major), so the inner loops run over contiguous memory
 /// and the block's passes (maximum, exponentials, scaling) read it from L1 rather than the whole
-/// chunk from L2 three times. Posteriors of three classes or more, in contiguous columns, take
-/// the three in one pass over a few vectors of rows at a time ([`density::exp::softmax_rows`]),
-/// with the same arithmetic. Every entry's arithmetic is the same whatever the block size. Rows
+/// chunk from L2 three times. Posteriors of two classes or more, in contiguous columns, take
+/// the three in one pass over a few vectors of rows at a time ([`density::exp::softmax_rows`];
+/// two classes with one exponential per row), with the same arithmetic. Every entry's arithmetic is the same whatever the block size. Rows
 /// whose maximum is not finite (all −∞, or +∞) take the exact path of
 /// [`log_normalize_in_place`].
 ///
@@ -788,7 +788,7 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
         } = self;
         let (b, k) = (m.nrows(), m.ncols());
         let mut r0 = 0;
-        // Posteriors of three classes or more in one pass over each vector of rows
+        // Posteriors of two classes or more in one pass over each vector of rows
         // (`density::exp::softmax_rows`), block by block, the blocks' maxima and sums kept for
         // the log normalisers as the general path keeps them, until a block has rows that only
         // the general path takes (a non-finite maximum, or rows after the last whole vector).
@@ -796,7 +796,7 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
         let mut sum = [0.0; NORMALIZE_BLOCK];
         let mut partial = None;
         if probability
-            && k > 2
+            && k >= 2
             && let Some(mut columns) = softmax_columns(m.as_mut())
         {
             while r0 < b {
@@ -863,9 +863,9 @@ fn normalize_block(
     // Each row's maximum (its shift) and Σ_k exp(m[i, k] − shift_i).
     let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
     let mut sum = [0.0; NORMALIZE_BLOCK];
-    // Posteriors of three classes or more in one pass over each vector of rows, up to the
+    // Posteriors of two classes or more in one pass over each vector of rows, up to the
     // first row the general path below must take (see `density::exp::softmax_rows`).
-    let fused = (probability && k > 2)
+    let fused = (probability && k >= 2)
         .then(|| softmax_columns(m.as_mut()))
         .flatten()
         .map(|mut columns| {
@@ -960,11 +960,7 @@ fn normalize_rows(
         }
     }
     // Each row's Σ_k exp(m[i, k] − shift_i), in [1, k] where the shift is finite.
-    // Two classes: the same bits with one exponential per row.
-    let done = k == 2 && probability && two_class_probabilities(&mut m, shift, sum);
-    if !done {
-        exponentiate_and_normalize(m.as_mut(), shift, probability, sum);
-    }
+    exponentiate_and_normalize(m.as_mut(), shift, probability, sum);
     let mut special_norms = 0.0;
     for (i, mut row) in special {
         let log_norm = log_normalize_in_place(&mut row);
@@ -1094,40 +1090,6 @@ fn exponentiate_and_normalize(
             }
         }
     }
-}
-
-/// Two classes' posteriors in place, in one pass with one exponential per row, when both
-/// columns are contiguous (returns false, touching nothing, when not). The arithmetic is the
-/// general path's: the larger score's exponential is exp(0) = 1 exactly, so Σ = 1 + e with
-/// e = exp(smaller − larger), the larger posterior is 1 · (1 / Σ) and the smaller e · (1 / Σ);
-/// the bits are the same, with half the exponentials. Each row's Σ goes to `sum`. Rows with a
-/// non-finite maximum (whose `shift` is 0) get meaningless values here and are redone by the
-/// caller.
-#[inline(always)]
-fn two_class_probabilities(m: &mut MatMut<'_, f64>, shift: &[f64], sum: &mut [f64]) -> bool {
-    let (left, right) = m.as_mut().split_at_col_mut(1);
-    let (Some(c0), Some(c1)) = (
-        left.col_mut(0).try_as_col_major_mut(),
-        right.col_mut(0).try_as_col_major_mut(),
-    ) else {
-        return false;
-    };
-    let (c0, c1) = (c0.as_slice_mut(), c1.as_slice_mut());
-    // The exponentials first, in a block of their own, so that they run on the vector kernel.
-    let mut e = [0.0; NORMALIZE_BLOCK];
-    let e = &mut e[..c0.len()];
-    for ((e, (a, b)), mx) in e.iter_mut().zip(c0.iter().zip(c1.iter())).zip(shift) {
-        *e = a.min(*b) - mx;
-    }
-    exp_nonpositive_in_place(e);
-    for (((a, b), e), s) in c0.iter_mut().zip(c1.iter_mut()).zip(e.iter()).zip(sum) {
-        // The general path's row sum: exp(0) = 1 and e, in either order.
-        *s = 1.0 + e;
-        let f = 1.0 / *s;
-        let small = e * f;
-        (*a, *b) = if *a >= *b { (f, small) } else { (small, f) };
-    }
-    true
 }
 
 /// ln Σ_k exp(m[i, k]) for every row.
@@ -1430,8 +1392,8 @@ mod tests {
         }
     }
 
-    /// Two classes take a path of their own (one exponential per row). It must give the bits
-    /// of the general path, which a third class of score −∞ forces without changing any sum:
+    /// Two classes take a kernel of their own in the fused pass (one exponential per row). It
+    /// must give the bits of three classes, a third of score −∞ changing no sum:
     /// ties, a −∞ score, huge and tiny gaps, and special rows (all −∞, +∞) included, in a
     /// chunk longer than a block.
     #[test]
@@ -1477,8 +1439,7 @@ mod tests {
                 continue;
             }
             if pairs[i].1.is_nan() {
-                // Only unchecked input scores NaN; the general path returns NaN there, this
-                // one a valid (meaningless) pair.
+                // Only unchecked input scores NaN: a valid (meaningless) pair.
                 assert_eq!(two[(i, 0)] + two[(i, 1)], 1.0);
                 continue;
             }
@@ -1496,7 +1457,7 @@ mod tests {
         }
     }
 
-    /// Three classes or more take one pass per vector of rows (`density::exp::softmax_rows`)
+    /// Two classes or more take one pass per vector of rows (`density::exp::softmax_rows`)
     /// where the columns are contiguous; a row-major chunk takes the general path. Both must
     /// give the same bits, the log normalisers' sum included, for any number of classes (past
     /// the fused pass's 32 too), with NaN, ±∞ and −∞ entries in rows of finite maximum, ties,
@@ -1507,7 +1468,7 @@ mod tests {
         let (inf, nan) = (f64::INFINITY, f64::NAN);
         // The last block's rows past its last four whole vectors take the general path.
         let n = 3 * NORMALIZE_BLOCK + 45;
-        for k in [3usize, 4, 5, 10, 17, 32, 33] {
+        for k in [2usize, 3, 4, 5, 10, 17, 32, 33] {
             let mut state = 7u64 + k as u64;
             let mut next = move || {
                 state = state
@@ -1522,7 +1483,7 @@ mod tests {
                     5 => finite[(i, (i + 1) % k)] = f64::NEG_INFINITY,
                     7 => finite[(i, 0)] = finite[(i, k - 1)],
                     9 => finite[(i, 1)] = 1e300,
-                    11 => finite[(i, 2)] = -1e300,
+                    11 => finite[(i, 2 % k)] = -1e300,
                     13 => finite[(i, 1)] = -745.5,
                     _ => {}
                 }
