@@ -363,14 +363,14 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
         *head = S::as_mut_simd_f64s(&mut col[rows.clone()]).0;
     }
     let heads = &mut heads[..k];
+    let (shift, _) = S::as_mut_simd_f64s(&mut shift[..rows.len()]);
+    let (sums, _) = S::as_mut_simd_f64s(&mut sums[..rows.len()]);
     if let [first, second] = heads {
-        return two_class_vectors::<S, U>(simd, first, second, rows, shift, sums);
+        return two_class_vectors::<S, U>(simd, first, second, rows.start, shift, sums);
     }
     let Some((first, rest)) = heads.split_first_mut() else {
         return rows.start;
     };
-    let (shift, _) = S::as_mut_simd_f64s(&mut shift[..rows.len()]);
-    let (sums, _) = S::as_mut_simd_f64s(&mut sums[..rows.len()]);
     let vectors = first.len().min(shift.len()).min(sums.len());
     let one = simd.splat_f64s(1.0);
     // U vectors of rows at a time, their operations interleaved: one vector's chain (maximum,
@@ -423,18 +423,16 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
 /// exp(0) = 1 exactly, so with e = exp(smaller − larger) the sum is 1 + e (in either order), the
 /// larger posterior 1 · (1 / (1 + e)) and the smaller e · (1 / (1 + e)): the same bits as the
 /// general formula. Stops before the first group with a value that is not finite (NaN, ±∞),
-/// which the general path takes.
+/// which the general path takes; returns that row, counted from `start` (the first row's).
 #[inline(always)]
 fn two_class_vectors<S: VectorExp, const U: usize>(
     simd: S,
     first: &mut [S::f64s],
     second: &mut [S::f64s],
-    rows: std::ops::Range<usize>,
-    shift: &mut [f64],
-    sums: &mut [f64],
+    start: usize,
+    shift: &mut [S::f64s],
+    sums: &mut [S::f64s],
 ) -> usize {
-    let (shift, _) = S::as_mut_simd_f64s(&mut shift[..rows.len()]);
-    let (sums, _) = S::as_mut_simd_f64s(&mut sums[..rows.len()]);
     let vectors = first
         .len()
         .min(second.len())
@@ -447,7 +445,7 @@ fn two_class_vectors<S: VectorExp, const U: usize>(
         let a: [S::f64s; U] = std::array::from_fn(|u| first[t + u]);
         let b: [S::f64s; U] = std::array::from_fn(|u| second[t + u]);
         if !(0..U).all(|u| simd.all_finite_f64s(a[u]) && simd.all_finite_f64s(b[u])) {
-            return rows.start + t * S::F64_LANES;
+            return start + t * S::F64_LANES;
         }
         for u in 0..U {
             // Finite values: the maximum and minimum are exact in any order.
@@ -464,7 +462,7 @@ fn two_class_vectors<S: VectorExp, const U: usize>(
         }
         t += U;
     }
-    rows.start + whole * S::F64_LANES
+    start + whole * S::F64_LANES
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -749,9 +749,9 @@ const NORMALIZE_BLOCK: usize = 128;
 /// and the block's passes (maximum, exponentials, scaling) read it from L1 rather than the whole
 /// chunk from L2 three times. Posteriors of two classes or more, in contiguous columns, take
 /// the three in one pass over a few vectors of rows at a time ([`density::exp::softmax_rows`];
-/// two classes with one exponential per row), with the same arithmetic. Every entry's arithmetic is the same whatever the block size. Rows
-/// whose maximum is not finite (all −∞, or +∞) take the exact path of
-/// [`log_normalize_in_place`].
+/// two classes with one exponential per row), with the same arithmetic. Every entry's
+/// arithmetic is the same whatever the block size. Rows whose maximum is not finite (all −∞,
+/// or +∞) take the exact path of [`log_normalize_in_place`].
 ///
 /// With `log_normalizer_sum`, also adds Σ_i ln Σ_k exp(m[i, k]) over the chunk's rows to it
 /// (EM's objective), a row whose entries are all −∞ counting as −f64::MAX. The logarithms are
