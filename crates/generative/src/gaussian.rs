@@ -1461,19 +1461,22 @@ impl GenerativeClassifier for GaussianClassifier {
         true
     }
 
-    fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+    fn linear_posterior_scores(&self) -> Option<linear_scores::LinearScores<'_>> {
         // Shared covariance: ln p(x, k) = xᵀ w_k + w_k0 − ½ xᵀ Σ⁻¹ x + const, and the last two
         // terms do not depend on k. (W costs d²K per chunk against the product's 2·4096·d·K.)
-        let Some(ld) = self.linear_discriminant() else {
+        let ld = self.linear_discriminant()?;
+        Some(linear_scores::LinearScores {
+            weights: ld.weights.into(),
+            intercepts: ld.intercepts.into(),
+            features: Features::AsIs,
+        })
+    }
+
+    fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
+        let Some(ld) = self.linear_posterior_scores() else {
             return self.log_joint_chunk(x, out);
         };
-        if linear_scores::linear_scores(
-            x,
-            &ld.weights,
-            &ld.intercepts,
-            Features::AsIs,
-            out.as_mut(),
-        ) {
+        if ld.write(x, out.as_mut()) {
             return;
         }
         let w = MatRef::from_row_major_slice(&ld.weights, self.n_classes, self.n_features);

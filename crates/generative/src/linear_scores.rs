@@ -15,6 +15,8 @@
 //! the columns in order, in the vector loop and in the scalar tail alike: a row's bits do not
 //! depend on where it falls in a block or a chunk.
 
+use std::mem::MaybeUninit;
+
 use faer::{MatMut, MatRef};
 
 /// Most classes this kernel takes (the largest K the benchmark measures); models with more use
@@ -94,6 +96,34 @@ fn read_scalar(mode: u8, t: f64, v: f64) -> f64 {
     }
 }
 
+/// A model's posterior scores as linear scores: `b_c + Σ_j f(x[i, j]) w[c, j]` for `weights`
+/// (K × d row-major), `intercepts` (K) and `f` as `features` says
+/// ([`GenerativeClassifier::linear_posterior_scores`](crate::GenerativeClassifier::linear_posterior_scores)).
+/// Data rather than a kernel, so that a prediction can have them written into its fresh output
+/// by this module's kernel, which writes every value, without zeroing the output first.
+#[derive(Debug, Clone)]
+pub struct LinearScores<'a> {
+    pub(crate) weights: std::borrow::Cow<'a, [f64]>,
+    pub(crate) intercepts: std::borrow::Cow<'a, [f64]>,
+    pub(crate) features: Features,
+}
+
+impl LinearScores<'_> {
+    /// [`linear_scores`] of these.
+    pub(crate) fn write(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>) -> bool {
+        linear_scores(x, &self.weights, &self.intercepts, self.features, out)
+    }
+
+    /// [`unwritten_linear_scores`] of these.
+    pub(crate) fn write_unwritten(
+        &self,
+        x: MatRef<'_, f64>,
+        scores: Vec<&mut [MaybeUninit<f64>]>,
+    ) -> Option<bool> {
+        unwritten_linear_scores(x, &self.weights, &self.intercepts, self.features, scores)
+    }
+}
+
 /// Writes `out[i, c] = b_c + Σ_j f(x[i, j]) w[c, j]` for `weights` (K × d row-major),
 /// `intercepts` (K) and `f` as `features` says, when K is 2 to [`MAX_STREAMED_CLASSES`] and
 /// the columns of `x` (d ≥ 1) and `out` are contiguous; a row holding a value that `features` does not
@@ -124,6 +154,7 @@ pub(crate) fn centred_linear_scores(
         && scores_body(x, Some(centre), weights, intercepts, Features::AsIs, out)
 }
 
+#[allow(unsafe_code)]
 fn scores_body(
     x: MatRef<'_, f64>,
     centre: Option<&[f64]>,
@@ -132,22 +163,63 @@ fn scores_body(
     features: Features,
     mut out: MatMut<'_, f64>,
 ) -> bool {
+    if out.nrows() != x.nrows() || out.ncols() != intercepts.len() {
+        return false;
+    }
+    let Some(scores) = density::block::contiguous_columns_mut(out.as_mut()) else {
+        return false;
+    };
+    // SAFETY: `MaybeUninit<f64>` has `f64`'s layout, and the kernel writes only values (never
+    // an unwritten one) into these columns, so they hold valid `f64`s when it returns.
+    let scores = scores
+        .into_iter()
+        .map(|col| unsafe { &mut *(std::ptr::from_mut(col) as *mut [MaybeUninit<f64>]) })
+        .collect();
+    let Some(all_accepted) =
+        unwritten_scores_body(x, centre, weights, intercepts, features, scores)
+    else {
+        return false;
+    };
+    if !all_accepted {
+        // Rare: the prediction then reads the chunk again to name the value.
+        mark_rejected_rows(x, features, out);
+    }
+    true
+}
+
+/// As [`linear_scores`] into columns not yet written (`scores`: K columns of `x.nrows()`
+/// values): `None`, writing nothing, where `linear_scores` declines; otherwise every value of
+/// every column is written, and the answer is whether `features` accepted every value of `x`.
+/// Rows it did not are left for [`mark_rejected_rows`], which needs the written scores.
+pub(crate) fn unwritten_linear_scores(
+    x: MatRef<'_, f64>,
+    weights: &[f64],
+    intercepts: &[f64],
+    features: Features,
+    scores: Vec<&mut [MaybeUninit<f64>]>,
+) -> Option<bool> {
+    unwritten_scores_body(x, None, weights, intercepts, features, scores)
+}
+
+fn unwritten_scores_body(
+    x: MatRef<'_, f64>,
+    centre: Option<&[f64]>,
+    weights: &[f64],
+    intercepts: &[f64],
+    features: Features,
+    scores: Vec<&mut [MaybeUninit<f64>]>,
+) -> Option<bool> {
     let (n, d, k) = (x.nrows(), x.ncols(), intercepts.len());
     // No features: the scores would never start from the intercepts (the first group sets them).
     if !(2..=MAX_STREAMED_CLASSES).contains(&k)
         || d == 0
         || weights.len() != k * d
-        || out.nrows() != n
-        || out.ncols() != k
+        || scores.len() != k
+        || scores.iter().any(|col| col.len() != n)
     {
-        return false;
+        return None;
     }
-    let Some(columns) = density::block::contiguous_columns(x, 0..d) else {
-        return false;
-    };
-    let Some(scores) = density::block::contiguous_columns_mut(out.as_mut()) else {
-        return false;
-    };
+    let columns = density::block::contiguous_columns(x, 0..d)?;
     let kernel = Kernel {
         columns,
         weights,
@@ -156,18 +228,13 @@ fn scores_body(
         centre: centre.unwrap_or(&[]),
         scores,
     };
-    let all_accepted = match features.mode() {
+    Some(match features.mode() {
         _ if centre.is_some() => dispatch::<CENTRED>(k, kernel),
         COUNTS => dispatch::<COUNTS>(k, kernel),
         ABOVE => dispatch::<ABOVE>(k, kernel),
         BINARY => dispatch::<BINARY>(k, kernel),
         _ => dispatch::<AS_IS>(k, kernel),
-    };
-    if !all_accepted {
-        // Rare: the prediction then reads the chunk again to name the value.
-        mark_rejected_rows(x, features, out);
-    }
-    true
+    })
 }
 
 /// Gives NaN scores to every row of `x` that holds a value `features` does not accept, so that
@@ -209,7 +276,8 @@ struct Kernel<'a> {
     threshold: f64,
     /// The centre of `CENTRED` (d values), empty otherwise.
     centre: &'a [f64],
-    scores: Vec<&'a mut [f64]>,
+    /// The class columns, written by the kernel before it reads them.
+    scores: Vec<&'a mut [MaybeUninit<f64>]>,
 }
 
 struct Typed<'a, const K: usize, const MODE: u8>(Kernel<'a>);
@@ -228,7 +296,7 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
             scores,
         } = self.0;
         // The class columns as an array once, so that each block slices them without allocating.
-        let Ok(mut scores): Result<[&mut [f64]; K], _> = scores.try_into() else {
+        let Ok(mut scores): Result<[&mut [MaybeUninit<f64>]; K], _> = scores.try_into() else {
             return false;
         };
         let (d, n) = (columns.len(), scores[0].len());
@@ -236,7 +304,9 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
         let mut all_accepted = true;
         for r0 in (0..n).step_by(BLOCK_ROWS) {
             let r1 = (r0 + BLOCK_ROWS).min(n);
-            let mut s: [&mut [f64]; K] = scores.each_mut().map(|col| &mut col[r0..r1]);
+            let mut s: [&mut [MaybeUninit<f64>]; K] = scores.each_mut().map(|col| &mut col[r0..r1]);
+            // The first group (`FIRST`) writes every score of the block, from the intercepts;
+            // the later ones read and add to them.
             let mut j = 0;
             while j < d {
                 // The last group takes the 1–3 columns left together, so that d = 2 (or 6, ...)
@@ -274,7 +344,7 @@ fn group_of<S: pulp::Simd, const K: usize, const FIRST: bool, const MODE: u8>(
     w: &[[f64; GROUP]; K],
     b: &[f64; K],
     at: &Read,
-    s: &mut [&mut [f64]; K],
+    s: &mut [&mut [MaybeUninit<f64>]; K],
 ) -> bool {
     match width {
         GROUP => group::<S, K, GROUP, FIRST, MODE>(simd, x, w, b, at, s),
@@ -293,7 +363,9 @@ struct Read {
 
 /// One group of `W` columns (the first `W` of `x` and of each class's `w`) added into every
 /// class's scores `s`; with `FIRST`, the scores start from the intercepts `b` instead. Returns
-/// whether `MODE` accepts every value the group read.
+/// whether `MODE` accepts every value the group read. Without `FIRST`, every score it reads
+/// must have been written (by the block's first group).
+#[allow(unsafe_code)]
 #[inline(always)]
 fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const MODE: u8>(
     simd: S,
@@ -301,7 +373,7 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
     w: &[[f64; GROUP]; K],
     b: &[f64; K],
     at: &Read,
-    s: &mut [&mut [f64]; K],
+    s: &mut [&mut [MaybeUninit<f64>]; K],
 ) -> bool {
     let threshold = at.threshold;
     let cv: [S::f64s; W] = std::array::from_fn(|q| simd.splat_f64s(at.centre[q]));
@@ -324,9 +396,9 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
         .min()
         .unwrap_or(0);
     let xv: [&[S::f64s]; W] = xv.map(|c| &c[..vectors]);
-    let sv: [&mut [S::f64s]; K] = s
+    let sv: [&mut [MaybeUninit<S::f64s>]; K] = s
         .each_mut()
-        .map(|c| &mut S::as_mut_simd_f64s(c).0[..vectors]);
+        .map(|c| &mut S::as_uninit_mut_simd_f64s(c).0[..vectors]);
     for v in 0..vectors {
         // A plain loop, not `array::from_fn`: its closure was not inlined once it held the
         // checks, and outside the dispatch's target features every comparison and blend became
@@ -354,11 +426,16 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
             };
         }
         for c in 0..K {
-            let mut acc = if FIRST { bv[c] } else { sv[c][v] };
+            // SAFETY (not `FIRST`): the block's first group wrote this vector.
+            let mut acc = if FIRST {
+                bv[c]
+            } else {
+                unsafe { sv[c][v].assume_init() }
+            };
             for q in 0..W {
                 acc = simd.mul_add_f64s(xs[q], wv[c][q], acc);
             }
-            sv[c][v] = acc;
+            sv[c][v] = MaybeUninit::new(acc);
         }
     }
     let mut all_accepted =
@@ -367,7 +444,12 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
     let tail = vectors * S::F64_LANES;
     for c in 0..K {
         for (i, out) in s[c].iter_mut().enumerate().skip(tail) {
-            let mut acc = if FIRST { b[c] } else { *out };
+            // SAFETY (not `FIRST`): the block's first group wrote this score.
+            let mut acc = if FIRST {
+                b[c]
+            } else {
+                unsafe { out.assume_init() }
+            };
             for q in 0..W {
                 let raw = x[q][i];
                 if c == 0 {
@@ -380,7 +462,7 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
                 };
                 acc = v.mul_add(w[c][q], acc);
             }
-            *out = acc;
+            *out = MaybeUninit::new(acc);
         }
     }
     all_accepted
@@ -613,7 +695,14 @@ mod tests {
             let mut k = kernel();
             k.scores = out
                 .col_iter_mut()
-                .map(|c| c.try_as_col_major_mut().unwrap().as_slice_mut())
+                .map(|c| {
+                    let col = c.try_as_col_major_mut().unwrap().as_slice_mut();
+                    // SAFETY: as in `scores_body`.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        &mut *(std::ptr::from_mut(col) as *mut [MaybeUninit<f64>])
+                    }
+                })
                 .collect();
             let accepted = match features.mode() {
                 COUNTS => dispatch::<COUNTS>(3, k),

@@ -11,9 +11,10 @@
 
 use faer::{Mat, MatMut, MatRef};
 
+use crate::linear_scores::{LinearScores, mark_rejected_rows};
 use crate::parallel::{
-    CHUNK_ROWS, Runs, build_by_row_chunks, check_finite_rows, row_chunks_mut, run_indexed_with,
-    run_length,
+    CHUNK_ROWS, FreshChunk, Runs, build_by_fresh_row_chunks, check_finite_rows, row_chunks_mut,
+    run_indexed_with, run_length,
 };
 use crate::{GenerativeError, Result};
 use density::exp::exp_shifted_accumulate;
@@ -260,6 +261,16 @@ pub trait GenerativeClassifier: Send + Sync {
         false
     }
 
+    /// [`posterior_scores_chunk`](Self::posterior_scores_chunk) as data, for the models whose
+    /// posterior scores are linear in (a function of) the features, exactly as that method
+    /// writes them when its streamed kernel takes the chunk: LDA's discriminant, Bernoulli and
+    /// multinomial naive Bayes' log joints. A prediction into a fresh output then has the
+    /// crate's kernel write the scores without zeroing the output first. `None` by default.
+    #[doc(hidden)]
+    fn linear_posterior_scores(&self) -> Option<crate::linear_scores::LinearScores<'_>> {
+        None
+    }
+
     /// `out[(i, k)] = ln p(x_i, y = k)` for a chunk of already-checked rows, sequentially.
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, out: MatMut<'_, f64>);
 
@@ -314,10 +325,14 @@ pub trait GenerativeClassifier: Send + Sync {
     #[doc(hidden)]
     fn log_joint_then(&self, x: MatRef<'_, f64>, what: Posterior) -> Result<Mat<f64>> {
         check_features(self, x)?;
-        // The output is built by the workers that compute it (`build_by_row_chunks`), not
-        // zeroed on one thread first.
-        let (out, checks) = build_by_row_chunks(x.nrows(), self.n_classes(), |c, chunk| {
-            fill_chunk(self, x, c * CHUNK_ROWS, chunk, what, true)
+        // The output is built by the workers that compute it (`build_by_fresh_row_chunks`),
+        // not zeroed on one thread first; linear scores are written into it unzeroed.
+        let linear = match what {
+            Posterior::Joint | Posterior::JointLessShared => None,
+            _ => self.linear_posterior_scores(),
+        };
+        let (out, checks) = build_by_fresh_row_chunks(x.nrows(), self.n_classes(), |c, fresh| {
+            fill_fresh_chunk(self, x, c * CHUNK_ROWS, fresh, what, linear.as_ref())
         });
         // The first error in chunk order, so messages do not depend on the thread count.
         checks.into_iter().collect::<Result<()>>()?;
@@ -586,23 +601,42 @@ fn check_features<M: GenerativeClassifier + ?Sized>(model: &M, x: MatRef<'_, f64
     Ok(())
 }
 
-/// One chunk of a prediction pass: rows `r0 .. r0 + chunk.nrows()` of `x`, checked (with
-/// `check`) by the worker that computes them, then their joint or posteriors by `what`.
-fn fill_chunk<M: GenerativeClassifier + ?Sized>(
+/// One chunk of a fresh output of a prediction pass: rows `r0 .. r0 + fresh.nrows()` of `x`,
+/// checked by the worker that computes them, then their joint or posteriors by `what`. With
+/// `linear` (the model's
+/// [`linear_posterior_scores`](GenerativeClassifier::linear_posterior_scores), for posteriors)
+/// and scores that reveal bad input, the scores are written into the chunk unzeroed; otherwise
+/// the chunk is zeroed and filled as [`fill_laid_out_chunk`] fills one.
+#[allow(unsafe_code)]
+fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
     model: &M,
     x: MatRef<'_, f64>,
     r0: usize,
-    chunk: MatMut<'_, f64>,
+    fresh: &mut FreshChunk<'_>,
     what: Posterior,
-    check: bool,
+    linear: Option<&LinearScores<'_>>,
 ) -> Result<()> {
     // Rows of another layout are copied column-major first (see `with_column_major`).
-    density::block::with_column_major(x.subrows(r0, chunk.nrows()), |xc| {
-        fill_laid_out_chunk(model, xc, r0, chunk, what, check)
+    density::block::with_column_major(x.subrows(r0, fresh.nrows()), |xc| {
+        // Only where the scores are what checks the input: otherwise the input is checked
+        // before they are written.
+        if let Some(spec) = linear.filter(|_| model.scores_reveal_bad_input())
+            && let Some(all_accepted) = fresh.columns().and_then(|c| spec.write_unwritten(xc, c))
+        {
+            // SAFETY: given the columns, `write_unwritten` either declines (`None`, not here)
+            // or writes every value of every one of them.
+            let mut chunk = unsafe { fresh.assume_written() };
+            if !all_accepted {
+                mark_rejected_rows(xc, spec.features, chunk.as_mut());
+            }
+            return finish_scored_chunk(model, xc, r0, chunk, what, true);
+        }
+        fill_laid_out_chunk(model, xc, r0, fresh.zeroed(), what, true)
     })
 }
 
-/// [`fill_chunk`] on its rows `xc`, laid out column-major.
+/// One chunk of a prediction pass on its rows `xc` (laid out column-major; rows `r0 ..` of
+/// the input), checked (with `check`), then their joint or posteriors by `what`.
 fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
     model: &M,
     xc: MatRef<'_, f64>,
@@ -622,6 +656,19 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
             model.posterior_scores_chunk(xc, chunk.as_mut())
         }
     }
+    finish_scored_chunk(model, xc, r0, chunk, what, by_scores)
+}
+
+/// The rest of [`fill_laid_out_chunk`] once the chunk holds its scores by `what`: with
+/// `by_scores`, the input check the scores stand for; far rows ranked again; posteriors.
+fn finish_scored_chunk<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    xc: MatRef<'_, f64>,
+    r0: usize,
+    mut chunk: MatMut<'_, f64>,
+    what: Posterior,
+    by_scores: bool,
+) -> Result<()> {
     let mut all_finite = None;
     if by_scores {
         all_finite = Some(check_finite_rows(chunk.as_ref(), 0).is_ok());

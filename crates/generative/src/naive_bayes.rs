@@ -16,7 +16,7 @@
 use density::linalg::matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
-use crate::linear_scores::{Features, linear_scores, mark_rejected_rows};
+use crate::linear_scores::{Features, LinearScores, linear_scores, mark_rejected_rows};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows,
     parameter_length, prior_parameters,
@@ -591,6 +591,27 @@ impl BernoulliNaiveBayes {
     pub fn log_priors(&self) -> &[f64] {
         &self.log_priors
     }
+
+    /// The log joints as linear scores of the (binarised) features.
+    fn log_joint_as_linear_scores(&self) -> LinearScores<'static> {
+        let (d, k) = (self.n_features, self.n_classes);
+        // jll = B (ln p − ln(1−p))ᵀ + (ln π + Σ_j ln(1−p)), B the binarised input.
+        let delta: Vec<f64> = (0..k * d)
+            .map(|t| self.log_p[t] - self.log_1mp[t])
+            .collect();
+        let bias: Vec<f64> = (0..k)
+            .map(|c| self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>())
+            .collect();
+        let features = match self.binarize {
+            Some(t) => Features::Above(t),
+            None => Features::Binary,
+        };
+        LinearScores {
+            weights: delta.into(),
+            intercepts: bias.into(),
+            features,
+        }
+    }
 }
 
 impl GenerativeClassifier for BernoulliNaiveBayes {
@@ -632,22 +653,16 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         // Rows holding a value `check_input` rejects get NaN scores (`mark_rejected_rows`).
         true
     }
+    fn linear_posterior_scores(&self) -> Option<LinearScores<'_>> {
+        Some(self.log_joint_as_linear_scores())
+    }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);
-        // jll = B (ln p − ln(1−p))ᵀ + (ln π + Σ_j ln(1−p)), B the binarised input.
-        let delta: Vec<f64> = (0..k * d)
-            .map(|t| self.log_p[t] - self.log_1mp[t])
-            .collect();
-        let bias: Vec<f64> = (0..k)
-            .map(|c| self.log_priors[c] + self.log_1mp[c * d..(c + 1) * d].iter().sum::<f64>())
-            .collect();
-        let features = match self.binarize {
-            Some(t) => Features::Above(t),
-            None => Features::Binary,
-        };
-        if linear_scores(x, &delta, &bias, features, out.as_mut()) {
+        let scores = self.log_joint_as_linear_scores();
+        if scores.write(x, out.as_mut()) {
             return;
         }
+        let (delta, bias, features) = (&scores.weights, &scores.intercepts, scores.features);
         // Without `binarize`, a value that is not 0 or 1 is read at the threshold 0.5 here, and
         // its row is marked below.
         let xb = binarize_chunk(x, self.binarize.or(Some(0.5)), 0)
@@ -656,7 +671,7 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
             &mut out,
             Accum::Replace,
             xb.as_ref(),
-            MatRef::from_row_major_slice(&delta, k, d).transpose(),
+            MatRef::from_row_major_slice(delta, k, d).transpose(),
             1.0,
             Par::Seq,
         );
@@ -847,10 +862,17 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
         // Rows holding a value `check_input` rejects get NaN scores (`mark_rejected_rows`).
         true
     }
+    fn linear_posterior_scores(&self) -> Option<LinearScores<'_>> {
+        Some(LinearScores {
+            weights: self.log_theta.as_slice().into(),
+            intercepts: self.log_priors.as_slice().into(),
+            features: Features::Counts,
+        })
+    }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);
-        let (theta, priors) = (&self.log_theta, &self.log_priors);
-        if linear_scores(x, theta, priors, Features::Counts, out.as_mut()) {
+        let theta = &self.log_theta;
+        if linear_scores(x, theta, &self.log_priors, Features::Counts, out.as_mut()) {
             return;
         }
         let theta = MatRef::from_row_major_slice(theta, k, d);

@@ -171,29 +171,113 @@ pub fn row_chunks_mut(mut m: MatMut<'_, f64>, rows: usize) -> Vec<MatMut<'_, f64
 /// That serial fill was half the time of a K = 10 `predict_proba` at n = 1e6. Here each worker
 /// first writes its own rows, so the page faults are spread over the workers, and the rows are
 /// still in cache when `fill` overwrites them.
-#[allow(unsafe_code)]
 pub fn build_by_row_chunks<T, F>(nrows: usize, ncols: usize, fill: F) -> (Mat<f64>, Vec<T>)
 where
     T: Send,
     F: Fn(usize, MatMut<'_, f64>) -> T + Sync,
 {
+    build_by_fresh_row_chunks(nrows, ncols, |c, fresh| fill(c, fresh.zeroed()))
+}
+
+/// A chunk of a matrix being built whose entries are not yet written: a kernel that writes
+/// every entry takes its columns as [`MaybeUninit`](std::mem::MaybeUninit) (`columns`) and
+/// then the chunk as written (`assume_written`); anything else takes it zeroed (`zeroed`).
+/// One left unwritten is zeroed when `fill` returns, so the matrix never holds an unwritten
+/// value.
+///
+/// Why: zeroing an output that the scores then overwrite cost about 0.7 ms of a K = 10
+/// `predict_proba` at d = 2, n = 1e6 (0.0047 s against 0.0040 s without; seventy-third round),
+/// a sixth of it. Rust allows no slice of `f64` over memory not yet written, so the kernels
+/// that skip it write through `MaybeUninit` slices.
+pub(crate) struct FreshChunk<'a> {
+    chunk: MatMut<'a, f64>,
+    written: bool,
+}
+
+#[allow(unsafe_code)]
+impl FreshChunk<'_> {
+    pub(crate) fn nrows(&self) -> usize {
+        self.chunk.nrows()
+    }
+
+    /// Every entry set to zero, then the chunk.
+    pub(crate) fn zeroed(&mut self) -> MatMut<'_, f64> {
+        if !self.written {
+            let rows = self.chunk.nrows();
+            for j in 0..self.chunk.ncols() {
+                let col = self.chunk.as_mut().col_mut(j);
+                // SAFETY: a column of a column-major matrix (row stride 1) is `rows`
+                // contiguous `f64`s inside the allocation, owned by this worker alone; writing
+                // bytes forms no reference.
+                debug_assert!(col.row_stride() == 1);
+                unsafe { std::ptr::write_bytes(col.as_ptr_mut(), 0, rows) };
+            }
+            self.written = true;
+        }
+        self.chunk.as_mut()
+    }
+
+    /// The columns, not yet written, for a kernel to write; `None` once the chunk has been
+    /// handed out as written (its values must not be replaced by unwritten ones).
+    pub(crate) fn columns(&mut self) -> Option<Vec<&mut [std::mem::MaybeUninit<f64>]>> {
+        if self.written {
+            return None;
+        }
+        let rows = self.chunk.nrows();
+        let cols = (0..self.chunk.ncols())
+            .map(|j| {
+                let col = self.chunk.as_mut().col_mut(j).as_ptr_mut();
+                // SAFETY: as in `zeroed`, `rows` contiguous `f64`s owned by this worker, one
+                // column per slice (disjoint). `MaybeUninit<f64>` has `f64`'s layout and every
+                // state of its memory, written or not, is a valid value of it.
+                unsafe {
+                    std::slice::from_raw_parts_mut(col.cast::<std::mem::MaybeUninit<f64>>(), rows)
+                }
+            })
+            .collect();
+        Some(cols)
+    }
+
+    /// The chunk, every entry of which has been written.
+    ///
+    /// # Safety
+    /// Every entry of every column that [`columns`](Self::columns) handed out has been written
+    /// with a value (or the chunk was [`zeroed`](Self::zeroed)).
+    pub(crate) unsafe fn assume_written(&mut self) -> MatMut<'_, f64> {
+        self.written = true;
+        self.chunk.as_mut()
+    }
+}
+
+/// As [`build_by_row_chunks`], with each chunk handed over unwritten ([`FreshChunk`]): `fill`
+/// writes it whole or takes it zeroed, and one it leaves unwritten is zeroed after it returns.
+#[allow(unsafe_code)]
+pub(crate) fn build_by_fresh_row_chunks<T, F>(
+    nrows: usize,
+    ncols: usize,
+    fill: F,
+) -> (Mat<f64>, Vec<T>)
+where
+    T: Send,
+    F: Fn(usize, &mut FreshChunk<'_>) -> T + Sync,
+{
     let mut out = Mat::<f64>::with_capacity(nrows, ncols);
     // SAFETY: `with_capacity` reserved at least `nrows × ncols`. The entries are not yet
     // initialised; faer allows a view of such memory as long as every entry is written before
     // it is read or a reference to it is formed. The pass below visits every chunk (`collect`
-    // does not stop early) and each worker first writes all of its chunk's entries through raw
-    // pointers; nothing reads `out` before the pass ends, and a panic in `fill` only frees the
-    // buffer (`f64` has no destructor).
+    // does not stop early); a `FreshChunk` forms references only to `MaybeUninit` values
+    // until it is zeroed or its writer vouches for every entry, and a chunk neither is zeroed
+    // before the pass goes on. Nothing reads `out` before the pass ends, and a panic in `fill`
+    // only frees the buffer (`f64` has no destructor).
     unsafe { out.set_dims(nrows, ncols) };
-    let results = run_indexed(row_chunks_mut(out.as_mut(), CHUNK_ROWS), |c, mut chunk| {
-        for j in 0..ncols {
-            let col = chunk.as_mut().col_mut(j);
-            // SAFETY: a column of a column-major matrix (row stride 1) is `chunk.nrows()`
-            // contiguous `f64`s inside the allocation, owned by this worker alone.
-            debug_assert!(col.row_stride() == 1);
-            unsafe { std::ptr::write_bytes(col.as_ptr_mut(), 0, chunk.nrows()) };
-        }
-        fill(c, chunk)
+    let results = run_indexed(row_chunks_mut(out.as_mut(), CHUNK_ROWS), |c, chunk| {
+        let mut fresh = FreshChunk {
+            chunk,
+            written: false,
+        };
+        let result = fill(c, &mut fresh);
+        fresh.zeroed();
+        result
     });
     (out, results)
 }
@@ -914,6 +998,50 @@ mod tests {
                 for i in 0..n {
                     assert_eq!(m[(i, j)], (i * 10 + j) as f64);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn fresh_chunks_keep_what_their_writers_wrote_and_zero_the_rest() {
+        // Chunk 0 is written through its unwritten columns, chunk 1 taken zeroed and partly
+        // written, chunk 2 left alone (zeroed after `fill`), chunk 3 written and then asked for
+        // its columns again (refused: they are written).
+        let (n, k) = (3 * CHUNK_ROWS + 5, 3);
+        let value = |i: usize, j: usize| (i * 10 + j) as f64 + 0.5;
+        let (m, refused) = build_by_fresh_row_chunks(n, k, |c, fresh| {
+            let r0 = c * CHUNK_ROWS;
+            match c {
+                0 | 3 => {
+                    for (j, col) in fresh.columns().unwrap().into_iter().enumerate() {
+                        for (i, v) in col.iter_mut().enumerate() {
+                            v.write(value(r0 + i, j));
+                        }
+                    }
+                    // SAFETY: every value of every column was written above.
+                    #[allow(unsafe_code)]
+                    let chunk = unsafe { fresh.assume_written() };
+                    assert_eq!(chunk[(0, 0)], value(r0, 0));
+                    fresh.columns().is_none()
+                }
+                1 => {
+                    let mut chunk = fresh.zeroed();
+                    assert!((0..k).all(|j| (0..chunk.nrows()).all(|i| chunk[(i, j)] == 0.0)));
+                    chunk[(1, 1)] = 7.0;
+                    fresh.columns().is_none()
+                }
+                _ => false,
+            }
+        });
+        assert_eq!(refused, [true, true, false, true]);
+        for j in 0..k {
+            for i in 0..n {
+                let expected = match i / CHUNK_ROWS {
+                    0 | 3 => value(i, j),
+                    1 if (i - CHUNK_ROWS, j) == (1, 1) => 7.0,
+                    _ => 0.0,
+                };
+                assert_eq!(m[(i, j)].to_bits(), expected.to_bits(), "({i}, {j})");
             }
         }
     }

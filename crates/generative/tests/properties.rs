@@ -1486,6 +1486,102 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
     }
 }
 
+/// A prediction into a fresh output has linear scores (LDA, Bernoulli and multinomial naive
+/// Bayes) written into it unzeroed (`linear_posterior_scores`); into a given output they are
+/// written over whatever it held. Both must give every row the same bits, and neither may leave
+/// a value unwritten: the given output starts as a sentinel that no score takes. Rows far out
+/// (LDA's rescoring) and rows with a value the model's check rejects (Bernoulli at 0.5, the
+/// marking pass) are covered; so are chunk tails of every length modulo the vector width, both
+/// layouts, and K past the streamed kernel's 10 classes (zeroed and filled by faer's product).
+#[test]
+fn fresh_and_given_outputs_get_the_same_bits_of_linear_scores() {
+    let n = 2 * parallel::CHUNK_ROWS + 13;
+    let sentinel = 12345.678;
+    for k in [2, 3, 10, 11] {
+        let (x, y) = gaussian_data(n, 3, k, 7);
+        let mut far = x.clone();
+        far[(5, 0)] = 1e300;
+        far[(parallel::CHUNK_ROWS + 1, 2)] = -1e305;
+        let counts = x.as_ref().map(|v| (v.abs() * 3.0).round());
+        let binary = x.as_ref().map(|v| f64::from(*v > 0.5));
+        let lda = fit_gaussian(CovarianceStructure::Tied, &x, &y, k);
+        let mnb = MultinomialNbParams::default()
+            .check()
+            .unwrap()
+            .fit(counts.as_ref(), &y, k)
+            .unwrap();
+        let bnb_above = BernoulliNbParams {
+            binarize: Some(0.5),
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+        .fit(x.as_ref(), &y, k)
+        .unwrap();
+        let bnb = BernoulliNbParams {
+            binarize: None,
+            ..Default::default()
+        }
+        .check()
+        .unwrap()
+        .fit(binary.as_ref(), &y, k)
+        .unwrap();
+        let cases: [(&str, &dyn GenerativeClassifier, &Mat<f64>); 5] = [
+            ("LDA", &lda, &x),
+            ("LDA, far rows", &lda, &far),
+            ("multinomial", &mnb, &counts),
+            ("Bernoulli above 0.5", &bnb_above, &x),
+            ("Bernoulli binary", &bnb, &binary),
+        ];
+        for (name, m, x) in cases {
+            assert!(m.linear_posterior_scores().is_some(), "{name}");
+            for rows in [n, n - 1, n - 5, parallel::CHUNK_ROWS + 7, 9] {
+                let x = x.as_ref().subrows(0, rows);
+                let x_rows = x.transpose().to_owned();
+                for (layout, view) in [("columns", x), ("rows", x_rows.transpose())] {
+                    for what in [
+                        model::Posterior::LogProbability,
+                        model::Posterior::Probability,
+                    ] {
+                        let fresh = if what == model::Posterior::Probability {
+                            m.predict_proba(view).unwrap()
+                        } else {
+                            m.predict_log_proba(view).unwrap()
+                        };
+                        let mut given = Mat::<f64>::from_fn(rows, k, |_, _| sentinel);
+                        m.log_joint_into(view, given.as_mut(), what).unwrap();
+                        for i in 0..rows {
+                            for c in 0..k {
+                                assert_eq!(
+                                    fresh[(i, c)].to_bits(),
+                                    given[(i, c)].to_bits(),
+                                    "{name}, K {k}, {rows} rows, {layout}, {what:?}, ({i}, {c})"
+                                );
+                            }
+                            let sum: f64 = (0..k)
+                                .map(|c| match what {
+                                    model::Posterior::Probability => fresh[(i, c)],
+                                    _ => fresh[(i, c)].exp(),
+                                })
+                                .sum();
+                            assert!((sum - 1.0).abs() < 1e-12, "{name}, K {k}, row {i}: {sum}");
+                        }
+                    }
+                }
+            }
+        }
+        // A value the binary model rejects is named from the fresh output's scores.
+        let mut bad = binary.clone();
+        bad[(parallel::CHUNK_ROWS + 3, 1)] = 0.5;
+        match bnb.predict_proba(bad.as_ref()) {
+            Err(GenerativeError::InvalidInput { row, col, .. }) => {
+                assert_eq!((row, col), (parallel::CHUNK_ROWS + 3, 1), "K {k}");
+            }
+            other => panic!("K {k}: {other:?}"),
+        }
+    }
+}
+
 /// A labeled Bernoulli fit counts values above its threshold in one pass over each chunk
 /// (`grouped_counts_above`). It must give the model that the binarised input gives on the
 /// copying path (`binarize` off), and name the first non-finite value, which the counts cannot
