@@ -17,6 +17,8 @@
 
 use density::linalg::{matmul, solve_lower_triangular_in_place, solve_upper_triangular_in_place};
 use density::mahalanobis::gaussian_log_densities;
+use std::mem::MaybeUninit;
+
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
 use density::moments::group_counts;
@@ -34,6 +36,7 @@ use crate::model::{
 use crate::parallel::{
     Chunk, LabelGroups, Runs, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks,
 };
+use crate::score_formula::ScoreFormula;
 use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
 use density::block::column;
@@ -1280,6 +1283,22 @@ impl GaussianClassifier {
         &l * l.transpose()
     }
 
+    /// 1 / variance of every class and feature (K × d, row by row) of the diagonal and
+    /// spherical structures, from their stored variances.
+    fn inverse_variances(&self) -> Vec<f64> {
+        let (d, k) = (self.n_features, self.n_classes);
+        (0..k * d)
+            .map(|cj| {
+                let (c, j) = (cj / d, cj % d);
+                1.0 / match self.structure {
+                    CovarianceStructure::Diagonal => self.factors[c * d + j],
+                    CovarianceStructure::TiedDiagonal => self.factors[j],
+                    _ => self.factors[c],
+                }
+            })
+            .collect()
+    }
+
     /// The linear discriminant (only for the shared structures, where it exists).
     pub fn linear_discriminant(&self) -> Option<LinearDiscriminant> {
         if !matches!(
@@ -1461,19 +1480,31 @@ impl GenerativeClassifier for GaussianClassifier {
         true
     }
 
-    fn linear_posterior_scores(&self) -> Option<linear_scores::LinearScores<'_>> {
+    fn posterior_score_formula(&self) -> Option<ScoreFormula<'_>> {
         // Shared covariance: ln p(x, k) = xᵀ w_k + w_k0 − ½ xᵀ Σ⁻¹ x + const, and the last two
         // terms do not depend on k. (W costs d²K per chunk against the product's 2·4096·d·K.)
-        let ld = self.linear_discriminant()?;
-        Some(linear_scores::LinearScores {
-            weights: ld.weights.into(),
-            intercepts: ld.intercepts.into(),
-            features: Features::AsIs,
-        })
+        if let Some(ld) = self.linear_discriminant() {
+            return Some(ScoreFormula::Linear(linear_scores::LinearScores {
+                weights: ld.weights.into(),
+                intercepts: ld.intercepts.into(),
+                features: Features::AsIs,
+            }));
+        }
+        // The log joints of `log_joint_chunk`'s diagonal branch.
+        match self.structure {
+            CovarianceStructure::Diagonal | CovarianceStructure::Spherical => {
+                Some(ScoreFormula::DiagonalGaussian {
+                    means: self.means.as_slice().into(),
+                    inverse_variances: self.inverse_variances().into(),
+                    log_norms: self.log_norms().into(),
+                })
+            }
+            _ => None,
+        }
     }
 
     fn posterior_scores_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
-        let Some(ld) = self.linear_posterior_scores() else {
+        let Some(ScoreFormula::Linear(ld)) = self.posterior_score_formula() else {
             return self.log_joint_chunk(x, out);
         };
         if ld.write(x, out.as_mut()) {
@@ -1626,42 +1657,21 @@ impl GenerativeClassifier for GaussianClassifier {
                     .chunks_exact(b)
                     .map(std::borrow::Cow::Borrowed)
                     .collect();
-                pulp::Arch::new().dispatch(DiagonalLogJoint {
-                    columns: &columns,
-                    means: &whitened_means,
-                    inv_var: &unit,
-                    log_norm: &log_norm,
-                    out: out.as_mut(),
-                });
+                diagonal_log_joints(&columns, &whitened_means, &unit, &log_norm, out.as_mut());
                 drop(columns);
                 WHITENED.set(z);
             }
             CovarianceStructure::Diagonal
             | CovarianceStructure::TiedDiagonal
             | CovarianceStructure::Spherical => {
-                let inv_var: Vec<f64> = (0..k * d)
-                    .map(|cj| {
-                        let (c, j) = (cj / d, cj % d);
-                        1.0 / match self.structure {
-                            CovarianceStructure::Diagonal => self.factors[c * d + j],
-                            CovarianceStructure::TiedDiagonal => self.factors[j],
-                            _ => self.factors[c],
-                        }
-                    })
-                    .collect();
                 let columns: Vec<std::borrow::Cow<'_, [f64]>> = (0..d)
                     .map(|j| match x.col(j).try_as_col_major() {
                         Some(col) => std::borrow::Cow::Borrowed(col.as_slice()),
                         None => std::borrow::Cow::Owned(x.col(j).iter().copied().collect()),
                     })
                     .collect();
-                pulp::Arch::new().dispatch(DiagonalLogJoint {
-                    columns: &columns,
-                    means: &self.means,
-                    inv_var: &inv_var,
-                    log_norm: &log_norm,
-                    out: out.as_mut(),
-                });
+                let inv_var = self.inverse_variances();
+                diagonal_log_joints(&columns, &self.means, &inv_var, &log_norm, out.as_mut());
             }
         }
     }
@@ -1675,7 +1685,8 @@ std::thread_local! {
 
 /// Adds `Σ_q (x_q − m_q)² iv_q` over the first `W` columns of `x`, in order, to each row's
 /// running sum in `sum` (with `FIRST`, the sums start from zero instead), vector by vector and
-/// then one row at a time with the same operations.
+/// then one row at a time with the same operations. Without `FIRST`, every sum it reads must
+/// have been written (by the first group).
 ///
 /// Each term is one fused multiply-add of (x_q − m_q)² by iv_q onto the sum: three operations
 /// per value and class where a multiply and an add made four. With many classes the kernel is
@@ -1685,35 +1696,46 @@ std::thread_local! {
 /// use `mul_add`, exactly rounded as the vector instruction is (libm's `fma` without hardware
 /// FMA), so a row has the same bits in a vector or alone. The centring stays exact: x − m is
 /// taken first, not folded into the multiply-add, which would lose digits when |m| ≫ σ.
+#[allow(unsafe_code)]
 #[inline(always)]
 fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool>(
     simd: S,
     x: &[&[f64]; DIAGONAL_GROUP],
     m: &[f64; DIAGONAL_GROUP],
     iv: &[f64; DIAGONAL_GROUP],
-    sum: &mut [f64],
+    sum: &mut [MaybeUninit<f64>],
 ) {
     let xv: [&[S::f64s]; W] = std::array::from_fn(|q| S::as_simd_f64s(x[q]).0);
     let mv: [S::f64s; W] = std::array::from_fn(|q| simd.splat_f64s(m[q]));
     let ivv: [S::f64s; W] = std::array::from_fn(|q| simd.splat_f64s(iv[q]));
     let zero = simd.splat_f64s(0.0);
-    let (head, tail) = S::as_mut_simd_f64s(sum);
+    let (head, tail) = S::as_uninit_mut_simd_f64s(sum);
     for (v, s) in head.iter_mut().enumerate() {
-        let mut acc = if FIRST { zero } else { *s };
+        // SAFETY (not `FIRST`): the first group wrote this sum.
+        let mut acc = if FIRST {
+            zero
+        } else {
+            unsafe { s.assume_init() }
+        };
         for q in 0..W {
             let t = simd.sub_f64s(xv[q][v], mv[q]);
             acc = simd.mul_add_f64s(simd.mul_f64s(t, t), ivv[q], acc);
         }
-        *s = acc;
+        *s = MaybeUninit::new(acc);
     }
     let first_tail = head.len() * S::F64_LANES;
     for (i, s) in tail.iter_mut().enumerate() {
-        let mut acc = if FIRST { 0.0 } else { *s };
+        // SAFETY (not `FIRST`): the first group wrote this sum.
+        let mut acc = if FIRST {
+            0.0
+        } else {
+            unsafe { s.assume_init() }
+        };
         for q in 0..W {
             let t = x[q][first_tail + i] - m[q];
             acc = (t * t).mul_add(iv[q], acc);
         }
-        *s = acc;
+        *s = MaybeUninit::new(acc);
     }
 }
 
@@ -1732,8 +1754,46 @@ struct DiagonalLogJoint<'a> {
     inv_var: &'a [f64],
     /// Each class's log normaliser plus log prior.
     log_norm: &'a [f64],
-    /// b × K log joints.
-    out: MatMut<'a, f64>,
+    /// The b × K log joints, class by class, written by the kernel before it reads them.
+    out: Vec<&'a mut [MaybeUninit<f64>]>,
+}
+
+/// [`DiagonalLogJoint`] into `out` (b × K), through a column-major copy if `out`'s columns are
+/// not contiguous.
+fn diagonal_log_joints(
+    columns: &[std::borrow::Cow<'_, [f64]>],
+    means: &[f64],
+    inv_var: &[f64],
+    log_norm: &[f64],
+    mut out: MatMut<'_, f64>,
+) {
+    if let Some(out) = density::block::contiguous_columns_mut(out.as_mut()) {
+        // SAFETY: the kernel writes only values into the columns.
+        #[allow(unsafe_code)]
+        let out = unsafe { crate::parallel::as_unwritten(out) };
+        return unwritten_diagonal_log_joints(columns, means, inv_var, log_norm, out);
+    }
+    let mut laid_out = Mat::<f64>::zeros(out.nrows(), out.ncols());
+    diagonal_log_joints(columns, means, inv_var, log_norm, laid_out.as_mut());
+    out.copy_from(&laid_out);
+}
+
+/// [`DiagonalLogJoint`] into `out`, K columns of b values not yet written (b the length of
+/// every one of `columns`, d ≥ 0 of them): every value of `out` is written.
+pub(crate) fn unwritten_diagonal_log_joints(
+    columns: &[std::borrow::Cow<'_, [f64]>],
+    means: &[f64],
+    inv_var: &[f64],
+    log_norm: &[f64],
+    out: Vec<&mut [MaybeUninit<f64>]>,
+) {
+    pulp::Arch::new().dispatch(DiagonalLogJoint {
+        columns,
+        means,
+        inv_var,
+        log_norm,
+        out,
+    });
 }
 
 impl pulp::WithSimd for DiagonalLogJoint<'_> {
@@ -1794,30 +1854,19 @@ impl DiagonalLogJoint<'_> {
     /// and of the rows after the last whole vector, which take them one at a time.
     #[inline(always)]
     fn run_by_groups<S: pulp::Simd>(self, simd: S) {
+        let d = self.columns.len();
+        // Not without columns (nothing would start the sums).
+        if d == 0 {
+            return self.run::<S, 4>(simd);
+        }
         let DiagonalLogJoint {
             columns,
             means,
             inv_var,
             log_norm,
-            mut out,
+            out: mut sums,
         } = self;
-        let d = columns.len();
-        // Not without columns (nothing would start the sums), nor into an output whose columns
-        // are not contiguous.
-        let sums = (d > 0)
-            .then(|| density::block::contiguous_columns_mut(out.as_mut()))
-            .flatten();
-        let Some(mut sums) = sums else {
-            let whole = DiagonalLogJoint {
-                columns,
-                means,
-                inv_var,
-                log_norm,
-                out,
-            };
-            return whole.run::<S, 4>(simd);
-        };
-        let (b, k) = (sums.first().map_or(0, |col| col.len()), sums.len());
+        let (b, k) = (columns[0].len(), sums.len());
         let half = simd.splat_f64s(0.5);
         let ahead = k >= PREFETCHED_MIN_CLASSES;
         let block_rows = if ahead {
@@ -1877,13 +1926,18 @@ impl DiagonalLogJoint<'_> {
             }
             // The sums of the block, still in cache, become log joints.
             for (sum, &ln) in sums.iter_mut().zip(log_norm) {
-                let (head, tail) = S::as_mut_simd_f64s(&mut sum[r0..r1]);
+                let (head, tail) = S::as_uninit_mut_simd_f64s(&mut sum[r0..r1]);
                 let lnv = simd.splat_f64s(ln);
+                // SAFETY: the block's first group (`j == 0`) wrote every sum of the block.
+                #[allow(unsafe_code)]
                 for v in head {
-                    *v = simd.sub_f64s(lnv, simd.mul_f64s(half, *v));
+                    *v = MaybeUninit::new(
+                        simd.sub_f64s(lnv, simd.mul_f64s(half, unsafe { v.assume_init() })),
+                    );
                 }
+                #[allow(unsafe_code)]
                 for v in tail {
-                    *v = ln - 0.5 * *v;
+                    *v = MaybeUninit::new(ln - 0.5 * unsafe { v.assume_init() });
                 }
             }
         }
@@ -1902,13 +1956,15 @@ impl DiagonalLogJoint<'_> {
             log_norm,
             mut out,
         } = self;
-        let (b, k, d) = (out.nrows(), out.ncols(), columns.len());
+        let (b, k, d) = (
+            out.first().map_or(0, |col| col.len()),
+            out.len(),
+            columns.len(),
+        );
         let rows = V * S::F64_LANES;
         let whole = b - b % rows;
         let zero = simd.splat_f64s(0.0);
         let half = simd.splat_f64s(0.5);
-        // A block's results, for an output whose columns are not contiguous.
-        let mut scratch = vec![0.0; rows];
         for r0 in (0..whole).step_by(rows) {
             for c in 0..k {
                 let mu = &means[c * d..(c + 1) * d];
@@ -1926,19 +1982,9 @@ impl DiagonalLogJoint<'_> {
                 for v in 0..V {
                     acc[v] = simd.sub_f64s(ln, simd.mul_f64s(half, acc[v]));
                 }
-                // Not `with_column_mut`: a closure does not inherit the dispatch's target
-                // features, and this one was left as an out-of-line call.
-                let mut dst = out.as_mut().subrows_mut(r0, rows).col_mut(c);
-                match dst.as_mut().try_as_col_major_mut() {
-                    Some(col) => S::as_mut_simd_f64s(col.as_slice_mut())
-                        .0
-                        .copy_from_slice(&acc),
-                    None => {
-                        S::as_mut_simd_f64s(&mut scratch).0.copy_from_slice(&acc);
-                        for (t, v) in scratch.iter().enumerate() {
-                            dst[t] = *v;
-                        }
-                    }
+                let dst = S::as_uninit_mut_simd_f64s(&mut out[c][r0..r0 + rows]).0;
+                for (dst, acc) in dst.iter_mut().zip(acc) {
+                    *dst = MaybeUninit::new(acc);
                 }
             }
         }
@@ -1949,7 +1995,7 @@ impl DiagonalLogJoint<'_> {
                     let t = col[i] - means[c * d + j];
                     q = (t * t).mul_add(inv_var[c * d + j], q);
                 }
-                out[(i, c)] = log_norm[c] - 0.5 * q;
+                out[c][i] = MaybeUninit::new(log_norm[c] - 0.5 * q);
             }
         }
     }

@@ -18,6 +18,8 @@ pub mod model;
 pub mod naive_bayes;
 pub mod parallel;
 mod placement;
+#[doc(hidden)]
+pub mod score_formula;
 pub mod split;
 
 pub use error::GenerativeError;

@@ -169,12 +169,8 @@ fn scores_body(
     let Some(scores) = density::block::contiguous_columns_mut(out.as_mut()) else {
         return false;
     };
-    // SAFETY: `MaybeUninit<f64>` has `f64`'s layout, and the kernel writes only values (never
-    // an unwritten one) into these columns, so they hold valid `f64`s when it returns.
-    let scores = scores
-        .into_iter()
-        .map(|col| unsafe { &mut *(std::ptr::from_mut(col) as *mut [MaybeUninit<f64>]) })
-        .collect();
+    // SAFETY: the kernel writes only values into the columns.
+    let scores = unsafe { crate::parallel::as_unwritten(scores) };
     let Some(all_accepted) =
         unwritten_scores_body(x, centre, weights, intercepts, features, scores)
     else {
@@ -693,17 +689,14 @@ mod tests {
             };
             let mut out = Mat::<f64>::zeros(2100, 3);
             let mut k = kernel();
-            k.scores = out
+            let columns: Vec<&mut [f64]> = out
                 .col_iter_mut()
-                .map(|c| {
-                    let col = c.try_as_col_major_mut().unwrap().as_slice_mut();
-                    // SAFETY: as in `scores_body`.
-                    #[allow(unsafe_code)]
-                    unsafe {
-                        &mut *(std::ptr::from_mut(col) as *mut [MaybeUninit<f64>])
-                    }
-                })
+                .map(|c| c.try_as_col_major_mut().unwrap().as_slice_mut())
                 .collect();
+            // SAFETY: the kernel writes only values into the columns.
+            #[allow(unsafe_code)]
+            let columns = unsafe { crate::parallel::as_unwritten(columns) };
+            k.scores = columns;
             let accepted = match features.mode() {
                 COUNTS => dispatch::<COUNTS>(3, k),
                 ABOVE => dispatch::<ABOVE>(3, k),

@@ -11,11 +11,11 @@
 
 use faer::{Mat, MatMut, MatRef};
 
-use crate::linear_scores::{LinearScores, mark_rejected_rows};
 use crate::parallel::{
     CHUNK_ROWS, FreshChunk, Runs, build_by_fresh_row_chunks, check_finite_rows, row_chunks_mut,
     run_indexed_with, run_length,
 };
+use crate::score_formula::ScoreFormula;
 use crate::{GenerativeError, Result};
 use density::exp::exp_shifted_accumulate;
 use density::numerics::{log_normalize_in_place, log_sum_exp};
@@ -261,13 +261,14 @@ pub trait GenerativeClassifier: Send + Sync {
         false
     }
 
-    /// [`posterior_scores_chunk`](Self::posterior_scores_chunk) as data, for the models whose
-    /// posterior scores are linear in (a function of) the features, exactly as that method
-    /// writes them when its streamed kernel takes the chunk: LDA's discriminant, Bernoulli and
-    /// multinomial naive Bayes' log joints. A prediction into a fresh output then has the
-    /// crate's kernel write the scores without zeroing the output first. `None` by default.
+    /// [`posterior_scores_chunk`](Self::posterior_scores_chunk) as a formula, for the models
+    /// whose scores are one of [`ScoreFormula`]'s, exactly as that method writes them when its
+    /// kernel takes the chunk: LDA's discriminant, Bernoulli and multinomial naive Bayes' log
+    /// joints (linear), Gaussian naive Bayes' (diagonal). A prediction into a fresh output then
+    /// has the crate's kernel write the scores without zeroing the output first
+    /// ([`score_formula`](crate::score_formula)). `None` by default.
     #[doc(hidden)]
-    fn linear_posterior_scores(&self) -> Option<crate::linear_scores::LinearScores<'_>> {
+    fn posterior_score_formula(&self) -> Option<ScoreFormula<'_>> {
         None
     }
 
@@ -326,13 +327,14 @@ pub trait GenerativeClassifier: Send + Sync {
     fn log_joint_then(&self, x: MatRef<'_, f64>, what: Posterior) -> Result<Mat<f64>> {
         check_features(self, x)?;
         // The output is built by the workers that compute it (`build_by_fresh_row_chunks`),
-        // not zeroed on one thread first; linear scores are written into it unzeroed.
-        let linear = match what {
+        // not zeroed on one thread first; scores a formula describes are written into it
+        // unzeroed.
+        let formula = match what {
             Posterior::Joint | Posterior::JointLessShared => None,
-            _ => self.linear_posterior_scores(),
+            _ => self.posterior_score_formula(),
         };
         let (out, checks) = build_by_fresh_row_chunks(x.nrows(), self.n_classes(), |c, fresh| {
-            fill_fresh_chunk(self, x, c * CHUNK_ROWS, fresh, what, linear.as_ref())
+            fill_fresh_chunk(self, x, c * CHUNK_ROWS, fresh, what, formula.as_ref())
         });
         // The first error in chunk order, so messages do not depend on the thread count.
         checks.into_iter().collect::<Result<()>>()?;
@@ -603,8 +605,8 @@ fn check_features<M: GenerativeClassifier + ?Sized>(model: &M, x: MatRef<'_, f64
 
 /// One chunk of a fresh output of a prediction pass: rows `r0 .. r0 + fresh.nrows()` of `x`,
 /// checked by the worker that computes them, then their joint or posteriors by `what`. With
-/// `linear` (the model's
-/// [`linear_posterior_scores`](GenerativeClassifier::linear_posterior_scores), for posteriors)
+/// `formula` (the model's
+/// [`posterior_score_formula`](GenerativeClassifier::posterior_score_formula), for posteriors)
 /// and scores that reveal bad input, the scores are written into the chunk unzeroed; otherwise
 /// the chunk is zeroed and filled as [`fill_laid_out_chunk`] fills one.
 #[allow(unsafe_code)]
@@ -614,20 +616,20 @@ fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
     r0: usize,
     fresh: &mut FreshChunk<'_>,
     what: Posterior,
-    linear: Option<&LinearScores<'_>>,
+    formula: Option<&ScoreFormula<'_>>,
 ) -> Result<()> {
     // Rows of another layout are copied column-major first (see `with_column_major`).
     density::block::with_column_major(x.subrows(r0, fresh.nrows()), |xc| {
         // Only where the scores are what checks the input: otherwise the input is checked
         // before they are written.
-        if let Some(spec) = linear.filter(|_| model.scores_reveal_bad_input())
-            && let Some(all_accepted) = fresh.columns().and_then(|c| spec.write_unwritten(xc, c))
+        if let Some(formula) = formula.filter(|_| model.scores_reveal_bad_input())
+            && let Some(all_accepted) = fresh.columns().and_then(|c| formula.write_unwritten(xc, c))
         {
             // SAFETY: given the columns, `write_unwritten` either declines (`None`, not here)
             // or writes every value of every one of them.
             let mut chunk = unsafe { fresh.assume_written() };
             if !all_accepted {
-                mark_rejected_rows(xc, spec.features, chunk.as_mut());
+                formula.mark_rejected_rows(xc, chunk.as_mut());
             }
             return finish_scored_chunk(model, xc, r0, chunk, what, true);
         }

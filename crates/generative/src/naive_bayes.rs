@@ -25,6 +25,7 @@ use crate::parallel::{
     Chunk, Runs, check_chunk, check_sets, fold_chunks_by_label_with, map_chunks_by_label_with,
     runs_of_one_chunk,
 };
+use crate::score_formula::ScoreFormula;
 use crate::split::{Partial, Scratch, SplitFit};
 use crate::{GenerativeError, Result};
 use density::block::{column, with_column_mut};
@@ -653,8 +654,8 @@ impl GenerativeClassifier for BernoulliNaiveBayes {
         // Rows holding a value `check_input` rejects get NaN scores (`mark_rejected_rows`).
         true
     }
-    fn linear_posterior_scores(&self) -> Option<LinearScores<'_>> {
-        Some(self.log_joint_as_linear_scores())
+    fn posterior_score_formula(&self) -> Option<ScoreFormula<'_>> {
+        Some(ScoreFormula::Linear(self.log_joint_as_linear_scores()))
     }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);
@@ -862,12 +863,12 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
         // Rows holding a value `check_input` rejects get NaN scores (`mark_rejected_rows`).
         true
     }
-    fn linear_posterior_scores(&self) -> Option<LinearScores<'_>> {
-        Some(LinearScores {
+    fn posterior_score_formula(&self) -> Option<ScoreFormula<'_>> {
+        Some(ScoreFormula::Linear(LinearScores {
             weights: self.log_theta.as_slice().into(),
             intercepts: self.log_priors.as_slice().into(),
             features: Features::Counts,
-        })
+        }))
     }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);

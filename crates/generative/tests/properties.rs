@@ -1486,15 +1486,18 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
     }
 }
 
-/// A prediction into a fresh output has linear scores (LDA, Bernoulli and multinomial naive
-/// Bayes) written into it unzeroed (`linear_posterior_scores`); into a given output they are
+/// A prediction into a fresh output has the scores that a formula describes (LDA, Bernoulli
+/// and multinomial naive Bayes: linear; Gaussian naive Bayes and the spherical structure:
+/// diagonal) written into it unzeroed (`posterior_score_formula`); into a given output they are
 /// written over whatever it held. Both must give every row the same bits, and neither may leave
 /// a value unwritten: the given output starts as a sentinel that no score takes. Rows far out
-/// (LDA's rescoring) and rows with a value the model's check rejects (Bernoulli at 0.5, the
-/// marking pass) are covered; so are chunk tails of every length modulo the vector width, both
-/// layouts, and K past the streamed kernel's 10 classes (zeroed and filled by faer's product).
+/// (the Gaussian models' rescoring) and rows with a value the model's check rejects (Bernoulli
+/// at 0.5, the marking pass; NaN, found from the scores) are covered; so are chunk tails of
+/// every length modulo the vector width, both layouts, many columns (the diagonal kernel's
+/// groups), and K past the streamed linear kernel's 10 classes (zeroed and filled by faer's
+/// product).
 #[test]
-fn fresh_and_given_outputs_get_the_same_bits_of_linear_scores() {
+fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
     let n = 2 * parallel::CHUNK_ROWS + 13;
     let sentinel = 12345.678;
     for k in [2, 3, 10, 11] {
@@ -1526,15 +1529,23 @@ fn fresh_and_given_outputs_get_the_same_bits_of_linear_scores() {
         .unwrap()
         .fit(binary.as_ref(), &y, k)
         .unwrap();
-        let cases: [(&str, &dyn GenerativeClassifier, &Mat<f64>); 5] = [
+        let gnb = fit_gaussian(CovarianceStructure::Diagonal, &x, &y, k);
+        let spherical = fit_gaussian(CovarianceStructure::Spherical, &x, &y, k);
+        let (wide, wide_y) = gaussian_data(n, 13, k, 8);
+        let gnb_wide = fit_gaussian(CovarianceStructure::Diagonal, &wide, &wide_y, k);
+        let cases: [(&str, &dyn GenerativeClassifier, &Mat<f64>); 9] = [
             ("LDA", &lda, &x),
             ("LDA, far rows", &lda, &far),
             ("multinomial", &mnb, &counts),
             ("Bernoulli above 0.5", &bnb_above, &x),
             ("Bernoulli binary", &bnb, &binary),
+            ("Gaussian NB", &gnb, &x),
+            ("Gaussian NB, far rows", &gnb, &far),
+            ("spherical", &spherical, &x),
+            ("Gaussian NB, 13 features", &gnb_wide, &wide),
         ];
         for (name, m, x) in cases {
-            assert!(m.linear_posterior_scores().is_some(), "{name}");
+            assert!(m.posterior_score_formula().is_some(), "{name}");
             for rows in [n, n - 1, n - 5, parallel::CHUNK_ROWS + 7, 9] {
                 let x = x.as_ref().subrows(0, rows);
                 let x_rows = x.transpose().to_owned();
@@ -1569,6 +1580,15 @@ fn fresh_and_given_outputs_get_the_same_bits_of_linear_scores() {
                     }
                 }
             }
+        }
+        // A NaN is named from Gaussian NB's scores in the fresh output.
+        let mut bad = x.clone();
+        bad[(parallel::CHUNK_ROWS - 1, 2)] = f64::NAN;
+        match gnb.predict_proba(bad.as_ref()) {
+            Err(GenerativeError::NonFiniteInput { row, col, .. }) => {
+                assert_eq!((row, col), (parallel::CHUNK_ROWS - 1, 2), "K {k}");
+            }
+            other => panic!("K {k}: {other:?}"),
         }
         // A value the binary model rejects is named from the fresh output's scores.
         let mut bad = binary.clone();
