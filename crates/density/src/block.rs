@@ -4,6 +4,19 @@
 
 use faer::{MatMut, MatRef};
 
+/// `values` as the `MaybeUninit` memory that the kernels writing a fresh output take, for the
+/// same kernels writing over values already written (a fresh output's columns come as
+/// `MaybeUninit` because Rust allows no `f64` slice over memory not yet written).
+///
+/// # Safety
+/// Only values are written into the slice returned, never an unwritten `MaybeUninit`.
+#[allow(unsafe_code)]
+pub unsafe fn as_unwritten(values: &mut [f64]) -> &mut [std::mem::MaybeUninit<f64>] {
+    // SAFETY: `MaybeUninit<f64>` has `f64`'s layout; the caller writes only values, so the
+    // memory still holds `f64`s when the borrow ends.
+    unsafe { &mut *(std::ptr::from_mut(values) as *mut [std::mem::MaybeUninit<f64>]) }
+}
+
 /// Column `j` of `x` as a slice: borrowed when contiguous (the usual column-major case), else
 /// copied into `scratch`.
 #[inline(always)]

@@ -1490,8 +1490,13 @@ impl GenerativeClassifier for GaussianClassifier {
                 features: Features::AsIs,
             }));
         }
-        // The log joints of `log_joint_chunk`'s diagonal branch.
+        // The log joints of `log_joint_chunk`'s full and diagonal branches.
         match self.structure {
+            CovarianceStructure::Full => Some(ScoreFormula::FullGaussian {
+                means: self.means.as_slice().into(),
+                factors: self.factors.as_slice().into(),
+                log_norms: self.log_norms().into(),
+            }),
             CovarianceStructure::Diagonal | CovarianceStructure::Spherical => {
                 Some(ScoreFormula::DiagonalGaussian {
                     means: self.means.as_slice().into(),

@@ -260,9 +260,8 @@ pub(crate) unsafe fn as_unwritten(
 ) -> Vec<&mut [std::mem::MaybeUninit<f64>]> {
     columns
         .into_iter()
-        // SAFETY: `MaybeUninit<f64>` has `f64`'s layout; the caller writes only values, so
-        // every column still holds `f64`s when the borrow ends.
-        .map(|col| unsafe { &mut *(std::ptr::from_mut(col) as *mut [std::mem::MaybeUninit<f64>]) })
+        // SAFETY: the caller writes only values into the columns.
+        .map(|col| unsafe { density::block::as_unwritten(col) })
         .collect()
 }
 

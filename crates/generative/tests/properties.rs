@@ -1488,13 +1488,13 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
 
 /// A prediction into a fresh output has the scores that a formula describes (LDA, Bernoulli
 /// and multinomial naive Bayes: linear; Gaussian naive Bayes and the spherical structure:
-/// diagonal) written into it unzeroed (`posterior_score_formula`); into a given output they are
+/// diagonal; QDA: full, by rows in registers up to 3 features and by blocks above) written into it unzeroed (`posterior_score_formula`); into a given output they are
 /// written over whatever it held. Both must give every row the same bits, and neither may leave
 /// a value unwritten: the given output starts as a sentinel that no score takes. Rows far out
 /// (the Gaussian models' rescoring) and rows with a value the model's check rejects (Bernoulli
 /// at 0.5, the marking pass; NaN, found from the scores) are covered; so are chunk tails of
 /// every length modulo the vector width, both layouts, many columns (the diagonal kernel's
-/// groups), and K past the streamed linear kernel's 10 classes (zeroed and filled by faer's
+/// groups, QDA's blocks), and K past the streamed linear kernel's 10 classes (zeroed and filled by faer's
 /// product).
 #[test]
 fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
@@ -1533,7 +1533,9 @@ fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
         let spherical = fit_gaussian(CovarianceStructure::Spherical, &x, &y, k);
         let (wide, wide_y) = gaussian_data(n, 13, k, 8);
         let gnb_wide = fit_gaussian(CovarianceStructure::Diagonal, &wide, &wide_y, k);
-        let cases: [(&str, &dyn GenerativeClassifier, &Mat<f64>); 9] = [
+        let qda = fit_gaussian(CovarianceStructure::Full, &x, &y, k);
+        let qda_wide = fit_gaussian(CovarianceStructure::Full, &wide, &wide_y, k);
+        let cases: [(&str, &dyn GenerativeClassifier, &Mat<f64>); 12] = [
             ("LDA", &lda, &x),
             ("LDA, far rows", &lda, &far),
             ("multinomial", &mnb, &counts),
@@ -1543,6 +1545,9 @@ fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
             ("Gaussian NB, far rows", &gnb, &far),
             ("spherical", &spherical, &x),
             ("Gaussian NB, 13 features", &gnb_wide, &wide),
+            ("QDA", &qda, &x),
+            ("QDA, far rows", &qda, &far),
+            ("QDA, 13 features", &qda_wide, &wide),
         ];
         for (name, m, x) in cases {
             assert!(m.posterior_score_formula().is_some(), "{name}");
