@@ -195,7 +195,8 @@ impl BlockedKernel for ClassesKernel<'_> {
     }
 }
 
-/// Most columns [`small_classes`] takes (rows in registers); more go by blocks.
+/// Most columns that [`gaussian_log_densities`] takes with every vector of rows in registers
+/// (`small_classes`); more go by blocks of rows.
 pub const IN_REGISTERS_MAX_COLUMNS: usize = 3;
 
 /// Rows per pass of [`small_classes`]: two vectors of rows (AVX-512), so that the K class
