@@ -199,12 +199,21 @@ impl BlockedKernel for ClassesKernel<'_> {
 /// (`small_classes`); more go by blocks of rows.
 pub const IN_REGISTERS_MAX_COLUMNS: usize = 3;
 
-/// Rows per pass of [`small_classes`]: two vectors of rows (AVX-512), so that the K class
-/// columns are written nearly abreast rather than 4 KB of one class after another. Into a
-/// fresh output that is not zeroed first (the seventy-fourth round), on the Zen 5 EPYC
-/// (`profile qda-predict`, medians of 21, pairs against passes of 512 rows): d = 2, K = 10
-/// 0.0044–0.0050 → 0.0041–0.0050 s; K = 5 and 2 even.
-const SMALL_PASS_ROWS: usize = 16;
+/// Rows per pass of [`small_classes`] with [`ABREAST_MIN_CLASSES`] classes or more: two
+/// vectors of rows (AVX-512), so that the K class columns are written nearly abreast rather than
+/// 4 KB of one class after another. Into a fresh output that is not zeroed first (the
+/// seventy-fourth round), on the Zen 5 EPYC (`profile qda-predict`, medians of 21, pairs
+/// against passes of 512 rows): d = 2, K = 10 0.0044–0.0050 → 0.0041–0.0050 s; K = 5 even.
+const ABREAST_PASS_ROWS: usize = 16;
+
+/// Rows per pass of [`small_classes`] with fewer classes: each pass's columns (at most 3 × 4 KB)
+/// stay in L1 while every class reads them, and each class's constants are set up once per
+/// pass. With two classes, passes of 16 rows were slower (`profile qda-predict-into 2 2`
+/// 0.0011–0.0012 s against 0.0011–0.0016 s).
+const SMALL_PASS_ROWS: usize = 512;
+
+/// Fewest classes for which [`small_classes`] takes passes of [`ABREAST_PASS_ROWS`].
+const ABREAST_MIN_CLASSES: usize = 6;
 
 /// [`ClassesKernel`] for `D` ≤ 3 columns, when `x`'s columns and `out`'s are contiguous: each
 /// vector of rows is loaded from `x`, centred, substituted and normalised in registers and
@@ -234,8 +243,12 @@ fn small_classes<S: pulp::Simd, const D: usize>(simd: S, kernel: &mut ClassesKer
     let strict = D * (D - 1) / 2;
     let scale = simd.splat_f64s(-0.5);
     let zero = simd.splat_f64s(0.0);
-    for p0 in (0..whole).step_by(SMALL_PASS_ROWS) {
-        let p1 = (p0 + SMALL_PASS_ROWS).min(whole);
+    let pass_rows = match k >= ABREAST_MIN_CLASSES {
+        true => ABREAST_PASS_ROWS,
+        false => SMALL_PASS_ROWS,
+    };
+    for p0 in (0..whole).step_by(pass_rows) {
+        let p1 = (p0 + pass_rows).min(whole);
         let xs: [&[S::f64s]; D] = std::array::from_fn(|j| S::as_simd_f64s(&columns[j][p0..p1]).0);
         for (c, out) in outs.iter_mut().enumerate().take(k) {
             let mean: [S::f64s; D] =
