@@ -17,6 +17,44 @@ pub unsafe fn as_unwritten(values: &mut [f64]) -> &mut [std::mem::MaybeUninit<f6
     unsafe { &mut *(std::ptr::from_mut(values) as *mut [std::mem::MaybeUninit<f64>]) }
 }
 
+/// [`as_unwritten`] of every column.
+///
+/// # Safety
+/// As [`as_unwritten`]: only values are written into the columns returned.
+#[allow(unsafe_code)]
+pub unsafe fn as_unwritten_columns(
+    columns: Vec<&mut [f64]>,
+) -> Vec<&mut [std::mem::MaybeUninit<f64>]> {
+    columns
+        .into_iter()
+        // SAFETY: the caller writes only values into the columns.
+        .map(|col| unsafe { as_unwritten(col) })
+        .collect()
+}
+
+/// Has `write` fill `out` by writing every value of its columns, which it takes not yet
+/// written (the form of a fresh output's columns): in place when `out`'s columns are
+/// contiguous, else into a column-major copy that is then copied into `out`.
+///
+/// # Safety
+/// `write` writes only values into the columns it is given (it is meant to write every one of
+/// them; one it skips keeps what `out` held, or zero).
+#[allow(unsafe_code)]
+pub unsafe fn write_every_column(
+    mut out: MatMut<'_, f64>,
+    write: impl FnOnce(Vec<&mut [std::mem::MaybeUninit<f64>]>),
+) {
+    if let Some(columns) = contiguous_columns_mut(out.as_mut()) {
+        // SAFETY: `write` writes only values into the columns.
+        return write(unsafe { as_unwritten_columns(columns) });
+    }
+    let mut laid_out = faer::Mat::<f64>::zeros(out.nrows(), out.ncols());
+    let columns = contiguous_columns_mut(laid_out.as_mut()).unwrap_or_default();
+    // SAFETY: as above; a new matrix's columns are contiguous.
+    write(unsafe { as_unwritten_columns(columns) });
+    out.copy_from(&laid_out);
+}
+
 /// Column `j` of `x` as a slice: borrowed when contiguous (the usual column-major case), else
 /// copied into `scratch`.
 #[inline(always)]

@@ -16,7 +16,7 @@
 
 use std::mem::MaybeUninit;
 
-use faer::{Mat, MatMut, MatRef};
+use faer::{MatMut, MatRef};
 
 /// `out[i] = ‖L⁻¹(x_i − μ)‖²` for every row `x_i` of `x` (n × d, any layout), where `chol_lower`
 /// is the lower Cholesky factor `L` of the covariance (only its lower triangle is read; its
@@ -66,20 +66,15 @@ pub fn gaussian_log_densities(
     means: &[f64],
     factors: &[f64],
     log_norms: &[f64],
-    mut out: MatMut<'_, f64>,
+    out: MatMut<'_, f64>,
 ) {
     debug_assert!(out.nrows() == x.nrows() && out.ncols() == log_norms.len());
-    if let Some(columns) = crate::block::contiguous_columns_mut(out.as_mut()) {
-        let columns = columns
-            .into_iter()
-            // SAFETY: the kernel writes only values into its output.
-            .map(|col| unsafe { crate::block::as_unwritten(col) })
-            .collect();
-        return unwritten_gaussian_log_densities(x, means, factors, log_norms, columns);
+    // SAFETY: the kernel writes only values (every one) into its output.
+    unsafe {
+        crate::block::write_every_column(out, |columns| {
+            unwritten_gaussian_log_densities(x, means, factors, log_norms, columns)
+        })
     }
-    let mut laid_out = Mat::<f64>::zeros(out.nrows(), out.ncols());
-    gaussian_log_densities(x, means, factors, log_norms, laid_out.as_mut());
-    out.copy_from(&laid_out);
 }
 
 /// [`gaussian_log_densities`] into `out`, K columns of `x.nrows()` values not yet written (a

@@ -1765,22 +1765,20 @@ struct DiagonalLogJoint<'a> {
 
 /// [`DiagonalLogJoint`] into `out` (b × K), through a column-major copy if `out`'s columns are
 /// not contiguous.
+#[allow(unsafe_code)]
 fn diagonal_log_joints(
     columns: &[std::borrow::Cow<'_, [f64]>],
     means: &[f64],
     inv_var: &[f64],
     log_norm: &[f64],
-    mut out: MatMut<'_, f64>,
+    out: MatMut<'_, f64>,
 ) {
-    if let Some(out) = density::block::contiguous_columns_mut(out.as_mut()) {
-        // SAFETY: the kernel writes only values into the columns.
-        #[allow(unsafe_code)]
-        let out = unsafe { crate::parallel::as_unwritten(out) };
-        return unwritten_diagonal_log_joints(columns, means, inv_var, log_norm, out);
+    // SAFETY: the kernel writes only values (every one) into its output.
+    unsafe {
+        density::block::write_every_column(out, |out| {
+            unwritten_diagonal_log_joints(columns, means, inv_var, log_norm, out)
+        })
     }
-    let mut laid_out = Mat::<f64>::zeros(out.nrows(), out.ncols());
-    diagonal_log_joints(columns, means, inv_var, log_norm, laid_out.as_mut());
-    out.copy_from(&laid_out);
 }
 
 /// [`DiagonalLogJoint`] into `out`, K columns of b values not yet written (b the length of

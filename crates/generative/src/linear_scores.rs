@@ -98,7 +98,7 @@ fn read_scalar(mode: u8, t: f64, v: f64) -> f64 {
 
 /// A model's posterior scores as linear scores: `b_c + Σ_j f(x[i, j]) w[c, j]` for `weights`
 /// (K × d row-major), `intercepts` (K) and `f` as `features` says
-/// ([`GenerativeClassifier::linear_posterior_scores`](crate::GenerativeClassifier::linear_posterior_scores)).
+/// ([`ScoreFormula::Linear`](crate::score_formula::ScoreFormula::Linear)).
 /// Data rather than a kernel, so that a prediction can have them written into its fresh output
 /// by this module's kernel, which writes every value, without zeroing the output first.
 #[derive(Debug, Clone)]
@@ -170,7 +170,7 @@ fn scores_body(
         return false;
     };
     // SAFETY: the kernel writes only values into the columns.
-    let scores = unsafe { crate::parallel::as_unwritten(scores) };
+    let scores = unsafe { density::block::as_unwritten_columns(scores) };
     let Some(all_accepted) =
         unwritten_scores_body(x, centre, weights, intercepts, features, scores)
     else {
@@ -695,7 +695,7 @@ mod tests {
                 .collect();
             // SAFETY: the kernel writes only values into the columns.
             #[allow(unsafe_code)]
-            let columns = unsafe { crate::parallel::as_unwritten(columns) };
+            let columns = unsafe { density::block::as_unwritten_columns(columns) };
             k.scores = columns;
             let accepted = match features.mode() {
                 COUNTS => dispatch::<COUNTS>(3, k),

@@ -16,7 +16,7 @@
 use density::linalg::matmul;
 use faer::{Accum, Mat, MatMut, MatRef, Par};
 
-use crate::linear_scores::{Features, LinearScores, linear_scores, mark_rejected_rows};
+use crate::linear_scores::{Features, LinearScores, mark_rejected_rows};
 use crate::model::{
     Checked, GenerativeClassifier, HyperParams, Priors, WeightedFit, WeightedRows,
     parameter_length, prior_parameters,
@@ -824,6 +824,15 @@ impl MultinomialNaiveBayes {
             self.log_theta[c * self.n_features + j]
         })
     }
+
+    /// The log joints as linear scores of the counts: ln π_k + Σ_j x_j ln θ_kj.
+    fn log_joint_as_linear_scores(&self) -> LinearScores<'_> {
+        LinearScores {
+            weights: self.log_theta.as_slice().into(),
+            intercepts: self.log_priors.as_slice().into(),
+            features: Features::Counts,
+        }
+    }
 }
 
 impl GenerativeClassifier for MultinomialNaiveBayes {
@@ -864,18 +873,14 @@ impl GenerativeClassifier for MultinomialNaiveBayes {
         true
     }
     fn posterior_score_formula(&self) -> Option<ScoreFormula<'_>> {
-        Some(ScoreFormula::Linear(LinearScores {
-            weights: self.log_theta.as_slice().into(),
-            intercepts: self.log_priors.as_slice().into(),
-            features: Features::Counts,
-        }))
+        Some(ScoreFormula::Linear(self.log_joint_as_linear_scores()))
     }
     fn log_joint_chunk(&self, x: MatRef<'_, f64>, mut out: MatMut<'_, f64>) {
         let (d, k) = (self.n_features, self.n_classes);
-        let theta = &self.log_theta;
-        if linear_scores(x, theta, &self.log_priors, Features::Counts, out.as_mut()) {
+        if self.log_joint_as_linear_scores().write(x, out.as_mut()) {
             return;
         }
+        let theta = &self.log_theta;
         let theta = MatRef::from_row_major_slice(theta, k, d);
         matmul(
             &mut out,

@@ -249,22 +249,6 @@ impl FreshChunk<'_> {
     }
 }
 
-/// Columns of `f64`s as the `MaybeUninit` columns that the kernels writing a fresh output take
-/// ([`FreshChunk::columns`]), for the same kernels writing over an output already written.
-///
-/// # Safety
-/// Only values are written into the columns returned, never an unwritten `MaybeUninit`.
-#[allow(unsafe_code)]
-pub(crate) unsafe fn as_unwritten(
-    columns: Vec<&mut [f64]>,
-) -> Vec<&mut [std::mem::MaybeUninit<f64>]> {
-    columns
-        .into_iter()
-        // SAFETY: the caller writes only values into the columns.
-        .map(|col| unsafe { density::block::as_unwritten(col) })
-        .collect()
-}
-
 /// As [`build_by_row_chunks`], with each chunk handed over unwritten ([`FreshChunk`]): `fill`
 /// writes it whole or takes it zeroed, and one it leaves unwritten is zeroed after it returns.
 #[allow(unsafe_code)]
