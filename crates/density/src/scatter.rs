@@ -173,11 +173,12 @@ impl ClassBlocks {
             let classes = &self.classes;
             // Blocks that keep their columns split four at a time, all four read together
             // (`split_columns_v4`): the split is the chunk's first read, not a pass after a
-            // touch of the four (QDA fit, PROFILE_COLD=cs, 3 alternated pairs: d = 16, K = 2
+            // touch of the four, except where `packs_after_a_touch` (QDA fit, PROFILE_COLD=cs, 3 alternated pairs: d = 16, K = 2
             // 0.0147, 0.0148, 0.0157 -> 0.0118, 0.0122, 0.0120 s; K = 4 0.0185, 0.0214,
             // 0.0232 -> 0.0140, 0.0156, 0.0162 s; d = 64, K = 2 0.0876, 0.0881, 0.0869 ->
             // 0.0819, 0.0790, 0.0815 s).
             let together = k > 0;
+            let touch_first = packs_after_a_touch();
             // Whether the group of four columns that `j` is in was split together.
             let mut split_together = false;
             for j in 0..d {
@@ -186,6 +187,9 @@ impl ClassBlocks {
                     let srcs = crate::block::contiguous_columns(x, j..last);
                     split_together = srcs.is_some();
                     if let Some(srcs) = srcs {
+                        if touch_first {
+                            touch_columns(x, j, n);
+                        }
                         let rooms = &mut block[j * stride..last * stride];
                         let mut rooms: Vec<&mut [f64]> = rooms.chunks_exact_mut(stride).collect();
                         finite &= simd.vectorize(
@@ -1690,16 +1694,42 @@ pub const MAX_PACKED_CLASSES: usize = 4;
 /// 0.059–0.067 s (4 pairs each). The two splits give the same bits. Packing was chosen on an
 /// Intel Xeon (seventeenth round) and kept on the Zen 4 EPYC, and has not been timed against
 /// the split by order on either since that split took its gathers (forty-first round).
+///
+/// Except two classes on those CPUs, packed after a touch of each four columns
+/// ([`packs_after_a_touch`]): there the packing's arithmetic is the lighter (the data in
+/// cache, `PROFILE_N=65536`, no pause: QDA fit d = 16, K = 2 0.46 → 0.38 ms, d = 64 2.77 →
+/// 2.49 ms), but as the chunk's first read it was the slower (from memory, d = 16 7.7–8.4 →
+/// 11.1–11.3 ms); with the touch first, in alternated pairs of medians of 21 (seventy-fifth
+/// round): d = 16, K = 2 7.7–8.4 → 7.0–7.6 ms (four pairs), d = 64 45.7–46.2 → 43.1–43.9 ms,
+/// d = 8 3.9–4.4 → 3.5–3.7 ms; but K = 3 7.8–7.9 → 8.2 ms and K = 4 7.7–8.0 → 9.0–9.4 ms (d =
+/// 64, K = 4 47.2–47.4 → 50.5–51.7 ms), so more classes stay split by order.
 pub fn split_packs(k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        k <= MAX_PACKED_CLASSES && pulp::x86::V4::is_available() && !gathers_are_fast()
+        let most = if gathers_are_fast() {
+            PACKED_MAX_CLASSES_WITH_FAST_GATHERS
+        } else {
+            MAX_PACKED_CLASSES
+        };
+        k <= most && pulp::x86::V4::is_available()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = k;
         false
     }
+}
+
+/// Classes that [`split_packs`] packs on a CPU with fast gathers.
+const PACKED_MAX_CLASSES_WITH_FAST_GATHERS: usize = 2;
+
+/// Whether [`ClassBlocks::split`] reads each four columns first ([`touch_columns`]) and packs
+/// them from cache, rather than packing them as they come from memory: on CPUs with fast
+/// gathers (see [`split_packs`]). Elsewhere the packing as the first read was the faster (QDA
+/// fit on an Intel Xeon, d = 16, K = 2 0.0147 → 0.0118 s against a touch first).
+#[cfg(target_arch = "x86_64")]
+fn packs_after_a_touch() -> bool {
+    gathers_are_fast()
 }
 
 /// Whether this CPU's AVX-512 gathers are fast: an AMD CPU of family 0x1A or later (Zen 5 on),
@@ -2536,6 +2566,8 @@ mod tests {
         assert_eq!(cpu_family(0x00FA_0671), 6);
         // Packing is never chosen past its classes, on any CPU.
         assert!(!split_packs(MAX_PACKED_CLASSES + 1));
+        // Nor past two classes where gathers are fast, which then split by order.
+        assert!(!gathers_are_fast() || !split_packs(PACKED_MAX_CLASSES_WITH_FAST_GATHERS + 1));
     }
 
     /// The block's class means run in passes of rows ([`class_means`]); each must keep the
