@@ -173,10 +173,10 @@ impl ClassBlocks {
             let classes = &self.classes;
             // Blocks that keep their columns split four at a time, all four read together
             // (`split_columns_v4`): the split is the chunk's first read, not a pass after a
-            // touch of the four, except where `packs_after_a_touch` (QDA fit, PROFILE_COLD=cs, 3 alternated pairs: d = 16, K = 2
-            // 0.0147, 0.0148, 0.0157 -> 0.0118, 0.0122, 0.0120 s; K = 4 0.0185, 0.0214,
-            // 0.0232 -> 0.0140, 0.0156, 0.0162 s; d = 64, K = 2 0.0876, 0.0881, 0.0869 ->
-            // 0.0819, 0.0790, 0.0815 s).
+            // touch of the four, except where `packs_after_a_touch` (QDA fit on the Xeon,
+            // PROFILE_COLD=cs, 3 alternated pairs: d = 16, K = 2 0.0147, 0.0148, 0.0157 ->
+            // 0.0118, 0.0122, 0.0120 s; K = 4 0.0185, 0.0214, 0.0232 -> 0.0140, 0.0156,
+            // 0.0162 s; d = 64, K = 2 0.0876, 0.0881, 0.0869 -> 0.0819, 0.0790, 0.0815 s).
             let together = k > 0;
             let touch_first = packs_after_a_touch();
             // Whether the group of four columns that `j` is in was split together.
@@ -1696,7 +1696,7 @@ pub const MAX_PACKED_CLASSES: usize = 4;
 /// the split by order on either since that split took its gathers (forty-first round).
 ///
 /// Except two classes on those CPUs, packed after a touch of each four columns
-/// ([`packs_after_a_touch`]): there the packing's arithmetic is the lighter (the data in
+/// (`packs_after_a_touch`): there the packing's arithmetic is the lighter (the data in
 /// cache, `PROFILE_N=65536`, no pause: QDA fit d = 16, K = 2 0.46 → 0.38 ms, d = 64 2.77 →
 /// 2.49 ms), but as the chunk's first read it was the slower (from memory, d = 16 7.7–8.4 →
 /// 11.1–11.3 ms); with the touch first, in alternated pairs of medians of 21 (seventy-fifth
