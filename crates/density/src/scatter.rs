@@ -173,7 +173,7 @@ impl ClassBlocks {
             let classes = &self.classes;
             // Blocks that keep their columns split four at a time, all four read together
             // (`split_columns_v4`): the split is the chunk's first read, not a pass after a
-            // touch of the four, except where `packs_after_a_touch` (QDA fit on the Xeon,
+            // touch of the four, except where `packs_after_a_touch` (QDA fit at 2f59fb8,
             // PROFILE_COLD=cs, 3 alternated pairs: d = 16, K = 2 0.0147, 0.0148, 0.0157 ->
             // 0.0118, 0.0122, 0.0120 s; K = 4 0.0185, 0.0214, 0.0232 -> 0.0140, 0.0156,
             // 0.0162 s; d = 64, K = 2 0.0876, 0.0881, 0.0869 -> 0.0819, 0.0790, 0.0815 s).
@@ -1726,7 +1726,7 @@ const PACKED_MAX_CLASSES_WITH_FAST_GATHERS: usize = 2;
 /// Whether [`ClassBlocks::split`] reads each four columns first ([`touch_columns`]) and packs
 /// them from cache, rather than packing them as they come from memory: on CPUs with fast
 /// gathers (see [`split_packs`]). Elsewhere the packing as the first read was the faster (QDA
-/// fit on an Intel Xeon, d = 16, K = 2 0.0147 → 0.0118 s against a touch first).
+/// fit at 2f59fb8, d = 16, K = 2 0.0147 → 0.0118 s against a touch first).
 #[cfg(target_arch = "x86_64")]
 fn packs_after_a_touch() -> bool {
     gathers_are_fast()
