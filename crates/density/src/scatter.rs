@@ -1632,9 +1632,24 @@ fn split_columns_v4(
     classes: &[(usize, usize)],
     cols: &mut [&mut [f64]],
 ) -> bool {
+    let k = classes.len().min(MAX_PACKED_CLASSES);
+    // Four columns go through a kernel unrolled for their number of classes (called directly,
+    // not through a function pointer, so that it is inlined with AVX-512 enabled).
+    if let (true, Ok(four), [c0, c1, c2, c3]) = (
+        (1..=MAX_PACKED_CLASSES).contains(&k),
+        <[&[f64]; TOUCHED_COLUMNS]>::try_from(srcs),
+        &mut *cols,
+    ) {
+        let outs = [&mut **c0, &mut **c1, &mut **c2, &mut **c3];
+        return match k {
+            1 => split_four_columns_v4::<1>(simd, four, n, labels, masks, classes, outs),
+            2 => split_four_columns_v4::<2>(simd, four, n, labels, masks, classes, outs),
+            3 => split_four_columns_v4::<3>(simd, four, n, labels, masks, classes, outs),
+            _ => split_four_columns_v4::<4>(simd, four, n, labels, masks, classes, outs),
+        };
+    }
     let groups = n / 8;
     let mut next = [0usize; MAX_PACKED_CLASSES];
-    let k = classes.len().min(MAX_PACKED_CLASSES);
     for (c, &(first, _)) in classes.iter().take(k).enumerate() {
         next[c] = first;
     }
@@ -1675,43 +1690,85 @@ fn split_columns_v4(
     finite.0 == u8::MAX && tail_finite
 }
 
+/// [`split_columns_v4`] for `K` classes (1 to [`MAX_PACKED_CLASSES`]) and four columns, with
+/// the loops over both unrolled: the same values in the same places. Each column's values are
+/// checked by a multiply-add `v · 0` into a sum of its own, which stays zero while they are
+/// finite and is NaN from the first infinity or NaN on.
+///
+/// Why: [`split_columns_v4`] loops over as many classes and columns as it is given, and kept
+/// the columns' slices on the stack, reloading and bounds-checking each one for every packed
+/// store, and moved each comparison's mask to a general register to AND it. For QDA's fit at
+/// d = 16, K = 2 with the data in cache, 37% of the samples were in it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn split_four_columns_v4<const K: usize>(
+    simd: pulp::x86::V4,
+    srcs: [&[f64]; TOUCHED_COLUMNS],
+    n: usize,
+    labels: &[usize],
+    masks: &[u8],
+    classes: &[(usize, usize)],
+    cols: [&mut [f64]; TOUCHED_COLUMNS],
+) -> bool {
+    use pulp::Simd;
+    const { assert!(K >= 1 && K <= MAX_PACKED_CLASSES) };
+    let groups = n / 8;
+    let vectors = srcs.map(|src| <pulp::x86::V4 as Simd>::as_simd_f64s(&src[..groups * 8]).0);
+    let class_masks: [&[u8]; K] = std::array::from_fn(|c| &masks[c * groups..(c + 1) * groups]);
+    let mut at: [usize; K] = std::array::from_fn(|c| classes[c].0);
+    let mut cols = cols;
+    let zero = simd.splat_f64s(0.0);
+    let mut checks = [zero; TOUCHED_COLUMNS];
+    for b in 0..groups {
+        let m: [u8; K] = std::array::from_fn(|c| class_masks[c][b]);
+        for ((vectors, col), check) in vectors.iter().zip(cols.iter_mut()).zip(&mut checks) {
+            let v = vectors[b];
+            *check = simd.mul_add_f64s(v, zero, *check);
+            for c in 0..K {
+                let packed: [f64; 8] =
+                    pulp::cast(simd.avx512f._mm512_maskz_compress_pd(m[c], pulp::cast(v)));
+                col[at[c]..at[c] + 8].copy_from_slice(&packed);
+            }
+        }
+        for c in 0..K {
+            at[c] += m[c].count_ones() as usize;
+        }
+    }
+    let mut finite = checks
+        .iter()
+        .fold(true, |a, &c| a & (simd.equal_f64s(c, zero).0 == u8::MAX));
+    let mut next = [0usize; MAX_PACKED_CLASSES];
+    next[..K].copy_from_slice(&at);
+    for (src, col) in srcs.iter().zip(cols.iter_mut()) {
+        finite &= split_tail(src, &labels[..n], groups * 8, next, classes, col);
+    }
+    finite
+}
+
 /// Classes [`ClassBlocks`] packs with AVX-512; the caller keeps more classes out of it.
 pub const MAX_PACKED_CLASSES: usize = 4;
 
 /// Whether [`ClassBlocks::split`] is the faster way to lay out `k` classes on this CPU; if not,
-/// group the rows by class and use [`ClassBlocks::split_by_order`]. `split` packs with AVX-512
-/// only: without it, it places one row at a time, each class's next free row waiting on the
-/// previous store, and on an AVX2 host (AMD EPYC, Zen 3) an LDA fit at d = 16, K = 2 took
+/// group the rows by class and use [`ClassBlocks::split_by_order`]: up to
+/// [`MAX_PACKED_CLASSES`] with AVX-512, where each class's rows are packed to the front of a
+/// vector by a mask (one `vcompresspd` per class and vector of rows), and past that the gathers
+/// by order copy each value once.
+///
+/// Zen 5 and later (family 0x1A on), whose AVX-512 gathers are fast, once took the split by
+/// order past two classes, and all of them before the seventy-fifth round; now that four columns
+/// are packed by a kernel unrolled for their classes (`split_four_columns_v4`, seventy-sixth
+/// round), packing after a touch of each four columns (`packs_after_a_touch`) is the faster
+/// there too: QDA fit (`PROFILE_COLD=cs`, medians of 21, 3 alternated pairs, by order → packed)
+/// d = 16, K = 3 7.0, 7.1, 7.3 → 6.3, 6.5, 6.4 ms; K = 4 7.0, 7.3, 7.1 → 6.9, 7.2, 7.0 ms;
+/// d = 64, K = 4 43.4, 43.0, 43.0 → 41.8, 42.7, 42.3 ms. The two splits give the same bits.
+/// Without AVX-512, `split` places one row at a time, each class's next free row waiting on
+/// the previous store, and on an AVX2 host (AMD EPYC, Zen 3) an LDA fit at d = 16, K = 2 took
 /// 0.0333 s that way against 0.0178 s by order (a four-row AVX2 packing through a permutation
 /// table took 0.0239 s, and was slower than by order at every K).
-///
-/// Nor on AMD's Zen 5 and later (family 0x1A on), whose AVX-512 gathers, which the split by
-/// order takes eight rows at a time, are fast. There, `profile qda-fit` (`PROFILE_COLD=cs`,
-/// medians of 21, alternated pairs of 4dfe6af's binary and this rule's) gave, packed → by
-/// order: d = 16, K = 2 0.0129–0.0152 s → 0.0101–0.0169 s over 8 pairs (medians of the pairs
-/// 0.0137 → 0.0127 s; on one thread 0.026–0.031 → 0.019–0.026 s over 6); K = 4 0.0155–0.0172
-/// → 0.0092–0.0116 s; d = 64, K = 2 0.069–0.099 → 0.056–0.102 s; K = 4 0.080–0.091 →
-/// 0.059–0.067 s (4 pairs each). The two splits give the same bits. Packing was chosen on an
-/// Intel Xeon (seventeenth round) and kept on the Zen 4 EPYC, and has not been timed against
-/// the split by order on either since that split took its gathers (forty-first round).
-///
-/// Except two classes on those CPUs, packed after a touch of each four columns
-/// (`packs_after_a_touch`): there the packing's arithmetic is the lighter (the data in
-/// cache, `PROFILE_N=65536`, no pause: QDA fit d = 16, K = 2 0.46 → 0.38 ms, d = 64 2.77 →
-/// 2.49 ms), but as the chunk's first read it was the slower (from memory, d = 16 7.7–8.4 →
-/// 11.1–11.3 ms); with the touch first, in alternated pairs of medians of 21 (seventy-fifth
-/// round): d = 16, K = 2 7.7–8.4 → 7.0–7.6 ms (four pairs), d = 64 45.7–46.2 → 43.1–43.9 ms,
-/// d = 8 3.9–4.4 → 3.5–3.7 ms; but K = 3 7.8–7.9 → 8.2 ms and K = 4 7.7–8.0 → 9.0–9.4 ms (d =
-/// 64, K = 4 47.2–47.4 → 50.5–51.7 ms), so more classes stay split by order.
 pub fn split_packs(k: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let most = if gathers_are_fast() {
-            PACKED_MAX_CLASSES_WITH_FAST_GATHERS
-        } else {
-            MAX_PACKED_CLASSES
-        };
-        k <= most && pulp::x86::V4::is_available()
+        k <= MAX_PACKED_CLASSES && pulp::x86::V4::is_available()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -1720,13 +1777,15 @@ pub fn split_packs(k: usize) -> bool {
     }
 }
 
-/// Classes that [`split_packs`] packs on a CPU with fast gathers.
-const PACKED_MAX_CLASSES_WITH_FAST_GATHERS: usize = 2;
-
 /// Whether [`ClassBlocks::split`] reads each four columns first ([`touch_columns`]) and packs
-/// them from cache, rather than packing them as they come from memory: on CPUs with fast
-/// gathers (see [`split_packs`]). Elsewhere the packing as the first read was the faster (QDA
-/// fit at 2f59fb8, d = 16, K = 2 0.0147 → 0.0118 s against a touch first).
+/// them from cache, rather than packing them as they come from memory: on AMD's Zen 5 and later
+/// (the CPUs whose gathers are fast). There the packing as the first read was the slower
+/// (seventy-fifth round, QDA fit d = 16, K = 2: 7.7–8.4 → 11.1–11.3 ms), and with the unrolled
+/// kernel still is at two classes (seventy-sixth round, medians of 21, 3 alternated pairs, a
+/// touch first → none: d = 16 6.0, 6.1, 6.3 → 6.5, 6.5, 6.6 ms; d = 64 38.3, 38.1, 41.4 →
+/// 41.4, 41.6, 41.2 ms); at four, within noise (7.2, 7.2, 7.4 → 7.0, 7.0, 6.9 ms). Elsewhere
+/// the packing as the first read was the faster (QDA fit at 2f59fb8, d = 16, K = 2 0.0147 →
+/// 0.0118 s against a touch first).
 #[cfg(target_arch = "x86_64")]
 fn packs_after_a_touch() -> bool {
     gathers_are_fast()
@@ -2566,8 +2625,11 @@ mod tests {
         assert_eq!(cpu_family(0x00FA_0671), 6);
         // Packing is never chosen past its classes, on any CPU.
         assert!(!split_packs(MAX_PACKED_CLASSES + 1));
-        // Nor past two classes where gathers are fast, which then split by order.
-        assert!(!gathers_are_fast() || !split_packs(PACKED_MAX_CLASSES_WITH_FAST_GATHERS + 1));
+        // And up to it wherever AVX-512 is.
+        assert_eq!(
+            split_packs(MAX_PACKED_CLASSES),
+            pulp::x86::V4::is_available()
+        );
     }
 
     /// The block's class means run in passes of rows ([`class_means`]); each must keep the
@@ -3179,26 +3241,25 @@ mod tests {
                         }
                     }
                 }
-                // A non-finite value anywhere, in the whole groups of 8 or the tail, is seen.
-                for (row, v) in [
+                // A non-finite value anywhere, in the whole groups of 8 or the tail, in the
+                // first or the last column, is seen, for every number of packed classes.
+                for ((row, v), (col, k)) in [
                     (0, f64::NAN),
                     (n - 1, f64::INFINITY),
                     (n / 2, f64::NEG_INFINITY),
-                ] {
+                ]
+                .into_iter()
+                .flat_map(|bad| [(d - 1, 2), (0, 1), (0, 3), (d - 1, 4)].map(|at| (bad, at)))
+                {
                     let mut bad = x.clone();
-                    bad[(row, d - 1)] = v;
-                    let labels = vec![0usize; n];
+                    bad[(row, col)] = v;
+                    let labels: Vec<usize> = (0..n).map(|i| i % k).collect();
                     let layouts = crate::test_layouts::Layouts::new(bad.as_ref());
                     let order: Vec<u32> = (0..n as u32).collect();
                     for view in layouts.views(bad.as_ref()) {
-                        assert!(
-                            !blocks.split(view, &labels, 2),
-                            "d={d} n={n} row {row}: {v}"
-                        );
-                        assert!(
-                            !blocks.split_centred(view, &labels, 2),
-                            "centred: d={d} n={n} row {row}: {v}"
-                        );
+                        let what = format!("d={d} n={n} k={k} row {row} column {col}: {v}");
+                        assert!(!blocks.split(view, &labels, k), "{what}");
+                        assert!(!blocks.split_centred(view, &labels, k), "centred: {what}");
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
                     }
