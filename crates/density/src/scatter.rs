@@ -94,9 +94,6 @@ pub struct ClassBlocks {
     /// and those means (class c at `means[c · d..(c + 1) · d]`).
     centred: bool,
     means: Vec<f64>,
-    /// Ones, at least as many as the longest class's rows rounded up to a multiple of 8: the
-    /// weights of the centring's sums.
-    ones: Vec<f64>,
     /// The padding columns' zeros, kept from chunk to chunk.
     zeroed: crate::block::ZeroedSpan,
 }
@@ -148,7 +145,7 @@ impl ClassBlocks {
         );
         let (stride, cols) = (self.stride, self.cols);
         let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        let (means, ones) = (&mut self.means, &self.ones);
+        let means = &mut self.means;
         let mut finite = true;
         // Each class's next free row, in the row-at-a-time path (one allocation per split).
         let mut next = Vec::with_capacity(k);
@@ -200,7 +197,7 @@ impl ClassBlocks {
                 }
                 if split_together {
                     let col = after.column(block, j, stride);
-                    after.finish_column(col, classes, ones, means, j, d);
+                    after.finish_column(col, classes, means, j, d);
                     continue;
                 }
                 // Columns that are not contiguous, one at a time: the chunk's first read is a
@@ -221,14 +218,14 @@ impl ClassBlocks {
                     }
                     None => split_column(|r| x[(r, j)], labels, classes, &mut next, col),
                 };
-                after.finish_column(col, classes, ones, means, j, d);
+                after.finish_column(col, classes, means, j, d);
             }
             return finite;
         }
         for j in 0..d {
             let col = after.column(block, j, stride);
             finite &= split_column(|r| x[(r, j)], labels, &self.classes, &mut next, col);
-            after.finish_column(col, &self.classes, ones, means, j, d);
+            after.finish_column(col, &self.classes, means, j, d);
         }
         finite
     }
@@ -270,7 +267,7 @@ impl ClassBlocks {
         self.lay_out(d, ranges.iter().map(|&(_, len)| len), &after);
         let (stride, cols) = (self.stride, self.cols);
         let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
-        let (means, ones) = (&mut self.means, &self.ones);
+        let means = &mut self.means;
         let mut finite = true;
         // AVX-512 gathers eight rows per instruction where the scalar copy takes a load of the
         // index, a load of the value and a store for each; they may read only inside the
@@ -339,7 +336,7 @@ impl ClassBlocks {
                     listed.fold(true, |a, &r| a & (x[(r as usize, j)].abs() < f64::INFINITY))
                 }
             };
-            after.finish_column(col, &self.classes, ones, means, j, d);
+            after.finish_column(col, &self.classes, means, j, d);
         }
         finite
     }
@@ -374,11 +371,6 @@ impl ClassBlocks {
         self.means.clear();
         if centre {
             self.means.resize(self.classes.len() * d, 0.0);
-            let longest = self.classes.iter().map(|&(_, n)| n).max().unwrap_or(0);
-            let rows = longest.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
-            if self.ones.len() < rows {
-                self.ones.resize(rows, 1.0);
-            }
         }
     }
 
@@ -533,9 +525,9 @@ impl pulp::WithSimd for Pooled<'_> {
             scatter,
             scratch,
         } = self;
-        // Weights of one: for the means' sums (padding rows are zero, so their weight does not
-        // matter), and, by their length, the rows the tiles read (every row of the block; the
-        // split zeroed the padding and the gaps between classes).
+        // Weights of one: by their length, the rows the tiles read (every row of the block; the
+        // split zeroed the padding and the gaps between classes). The means' sums are
+        // `unit_sum`s (padding rows are zero, so they add nothing).
         let ones = crate::block::aligned_prefix(scratch, stride);
         ones.fill(1.0);
         if let Some(taken) = centred {
@@ -543,14 +535,13 @@ impl pulp::WithSimd for Pooled<'_> {
         } else {
             for (c, &(first, n)) in classes.iter().enumerate() {
                 let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
-                let (wv, _) = S::as_simd_f64s(&ones[..rows]);
                 for (j, m) in means[c * d..(c + 1) * d].iter_mut().enumerate() {
                     let col = &mut y[j * stride + first..j * stride + first + rows];
                     *m = if n == 0 {
                         0.0
                     } else {
                         let (yv, _) = S::as_simd_f64s(col);
-                        weighted_sum(simd, wv, yv) / n as f64
+                        unit_sum(simd, yv) / n as f64
                     };
                     let centre = *m;
                     col[..n].iter_mut().for_each(|v| *v -= centre);
@@ -1451,7 +1442,6 @@ unsafe fn gather_by_order_v4(
 fn centre_classes(
     col: &mut [f64],
     classes: &[(usize, usize)],
-    ones: &[f64],
     means: &mut [f64],
     j: usize,
     d: usize,
@@ -1459,7 +1449,6 @@ fn centre_classes(
     pulp::Arch::new().dispatch(CentreClasses {
         col,
         classes,
-        ones,
         means,
         j,
         d,
@@ -1470,8 +1459,6 @@ fn centre_classes(
 struct CentreClasses<'a> {
     col: &'a mut [f64],
     classes: &'a [(usize, usize)],
-    /// All ones, at least the longest class's rows rounded up to whole vectors.
-    ones: &'a [f64],
     means: &'a mut [f64],
     j: usize,
     d: usize,
@@ -1485,13 +1472,12 @@ impl pulp::WithSimd for CentreClasses<'_> {
         let CentreClasses {
             col,
             classes,
-            ones,
             means,
             j,
             d,
         } = self;
-        // Weights of one for every row read: past the class's rows they meet its zero padding,
-        // and 1 · 0 adds what `centre_and_scatter`'s 0 · 0 adds, nothing.
+        // Sums of every row read, as `centre_and_scatter`'s with weights of one (`unit_sum`):
+        // past the class's rows they meet its zero padding, which adds nothing.
         for (c, &(first, n)) in classes.iter().enumerate() {
             if n == 0 {
                 means[c * d + j] = 0.0;
@@ -1500,8 +1486,7 @@ impl pulp::WithSimd for CentreClasses<'_> {
             let rows = n.div_ceil(S::F64_LANES) * S::F64_LANES;
             let run = &mut col[first..first + rows];
             let (yv, _) = S::as_simd_f64s(run);
-            let (wv, _) = S::as_simd_f64s(&ones[..rows]);
-            let m = weighted_sum(simd, wv, yv) / n as f64;
+            let m = unit_sum(simd, yv) / n as f64;
             means[c * d + j] = m;
             run[..n].iter_mut().for_each(|v| *v -= m);
         }
@@ -1527,14 +1512,13 @@ impl AfterColumn {
         &self,
         col: &mut [f64],
         classes: &[(usize, usize)],
-        ones: &[f64],
         centre_means: &mut [f64],
         j: usize,
         d: usize,
     ) {
         match self {
             AfterColumn::Keep => {}
-            AfterColumn::Centre => centre_classes(col, classes, ones, centre_means, j, d),
+            AfterColumn::Centre => centre_classes(col, classes, centre_means, j, d),
         }
     }
 }
@@ -2193,6 +2177,27 @@ fn chain_products<S: pulp::Simd, const G: usize>(
     chains[..G].copy_from_slice(&acc);
 }
 
+/// [`weighted_sum`] with every weight one: Σ_t y_t, the same additions in the same order
+/// (1 · y is y exactly, so each multiply-add `1 · y + a` rounds as `y + a` does), with additions
+/// rather than multiply-adds, and no weights to read.
+#[inline(always)]
+fn unit_sum<S: pulp::Simd>(simd: S, y: &[S::f64s]) -> f64 {
+    let zero = simd.splat_f64s(0.0);
+    let mut acc = [zero; 4];
+    let yc = y.chunks_exact(4);
+    let yr = yc.remainder();
+    for b in yc {
+        for l in 0..4 {
+            acc[l] = simd.add_f64s(acc[l], b[l]);
+        }
+    }
+    for (l, b) in yr.iter().enumerate() {
+        acc[l] = simd.add_f64s(acc[l], *b);
+    }
+    let s = simd.add_f64s(simd.add_f64s(acc[0], acc[1]), simd.add_f64s(acc[2], acc[3]));
+    simd.reduce_sum_f64s(s)
+}
+
 /// Σ_t w_t y_t with four accumulator vectors (independent chains), reduced in a fixed order.
 #[inline(always)]
 fn weighted_sum<S: pulp::Simd>(simd: S, w: &[S::f64s], y: &[S::f64s]) -> f64 {
@@ -2630,6 +2635,62 @@ mod tests {
             split_packs(MAX_PACKED_CLASSES),
             pulp::x86::V4::is_available()
         );
+    }
+
+    /// `unit_sum` (additions) gives the bits of `weighted_sum` with weights of one
+    /// (multiply-adds) for every length (whole runs of four vectors and the vectors after
+    /// them), values of every magnitude and sign, −0, and infinities.
+    #[test]
+    fn unit_sums_have_the_bits_of_sums_weighted_by_ones() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let simd = pulp::Scalar::new();
+        for vectors in [0usize, 1, 3, 4, 5, 8, 11] {
+            for special in [
+                None,
+                Some(-0.0),
+                Some(f64::INFINITY),
+                Some(f64::NEG_INFINITY),
+            ] {
+                let mut y: Vec<f64> = (0..vectors)
+                    .map(|i| {
+                        let g: f64 = StandardNormal.sample(&mut rng);
+                        g * 10f64.powi((i % 7) as i32 * 40 - 120)
+                    })
+                    .collect();
+                if let (Some(v), Some(first)) = (special, y.first_mut()) {
+                    *first = v;
+                }
+                let ones = vec![1.0; vectors];
+                let (yv, _) = <pulp::Scalar as pulp::Simd>::as_simd_f64s(&y);
+                let (wv, _) = <pulp::Scalar as pulp::Simd>::as_simd_f64s(&ones);
+                let (got, want) = (unit_sum(simd, yv), weighted_sum(simd, wv, yv));
+                assert_eq!(
+                    got.to_bits(),
+                    want.to_bits(),
+                    "{vectors} vectors, {special:?}"
+                );
+            }
+        }
+        // The same with AVX-512's eight lanes where the CPU has them.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new() {
+            for n in [8usize, 24, 32, 40, 96, 4104] {
+                let y: Vec<f64> = (0..n)
+                    .map(|i| {
+                        let g: f64 = StandardNormal.sample(&mut rng);
+                        g * 10f64.powi((i % 5) as i32 * 50 - 100)
+                    })
+                    .collect();
+                let ones = vec![1.0; n];
+                let (yv, _) = <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(&y);
+                let (wv, _) = <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(&ones);
+                let (got, want) = simd.vectorize(
+                    #[inline(always)]
+                    || (unit_sum(simd, yv), weighted_sum(simd, wv, yv)),
+                );
+                assert_eq!(got.to_bits(), want.to_bits(), "{n} rows");
+            }
+        }
     }
 
     /// The block's class means run in passes of rows ([`class_means`]); each must keep the
