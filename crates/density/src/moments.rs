@@ -2199,39 +2199,48 @@ pub const SHORT_RUN_MAX_COLUMNS: usize = 8;
 /// ([`READ_AHEAD_MIN_GROUPS`]). The value read is discarded; `black_box` keeps the loads.
 pub(crate) fn touch_columns(x: MatRef<'_, f64>, j: usize, n: usize) {
     let last = (j + TOUCHED_COLUMNS).min(x.ncols());
-    let Some(columns) = crate::block::contiguous_columns(x, j..last) else {
-        return;
-    };
-    // One running sum per column and row of a line in 4, so that the additions do not chain:
-    // with one sum, each line's addition waited for the last (4 cycles), which bound the touch
-    // when the chunk was already in cache (12% of an LDA fit at d = 2, K = 2). Four columns,
-    // the usual case, go four lines at a time with the sums in registers: chosen by a rotating
-    // index (`r % 4`), they lived on the stack, each addition a load and a store, and the
-    // columns' slices were reloaded and bounds-checked for every line (QDA fit at d = 16, K = 2,
-    // medians of 21, 3 alternated pairs: 6.5, 6.3, 6.4 → 6.0, 6.1, 6.0 ms).
-    let mut touched = [[0.0; TOUCHED_COLUMNS]; 4];
-    if let Ok(four) = <[&[f64]; TOUCHED_COLUMNS]>::try_from(columns.as_slice()) {
-        let n = four.iter().fold(n, |n, c| n.min(c.len()));
-        let four = four.map(|c| &c[..n]);
-        let mut i = 0;
-        while i + 24 < n {
-            for (u, sums) in touched.iter_mut().enumerate() {
-                for (t, c) in sums.iter_mut().zip(four) {
-                    *t += c[i + 8 * u];
-                }
+    if let Some(columns) = crate::block::contiguous_columns(x, j..last) {
+        touch(&columns, n);
+    }
+}
+
+/// [`touch_columns`] on up to [`TOUCHED_COLUMNS`] columns already taken as slices (any past
+/// that are left alone), rows `..n` of each.
+pub(crate) fn touch(columns: &[&[f64]], n: usize) {
+    match *columns {
+        [] => {}
+        [a] => touch_together([a], n),
+        [a, b] => touch_together([a, b], n),
+        [a, b, c] => touch_together([a, b, c], n),
+        [a, b, c, d, ..] => touch_together([a, b, c, d], n),
+    }
+}
+
+/// [`touch`] for `W` columns. One running sum per column and row of a line in 4, so that the
+/// additions do not chain: with one sum, each line's addition waited for the last (4 cycles),
+/// which bound the touch when the chunk was already in cache (12% of an LDA fit at d = 2,
+/// K = 2). The width is fixed and four lines go at a time, so the sums stay in registers:
+/// chosen by a rotating index (`r % 4`) over a run-time number of columns, they lived on the
+/// stack, each addition a load and a store, and the columns' slices were reloaded and
+/// bounds-checked for every line (QDA fit at d = 16, K = 2, medians of 21, 3 alternated pairs:
+/// 6.5, 6.3, 6.4 → 6.0, 6.1, 6.0 ms).
+#[inline(always)]
+fn touch_together<const W: usize>(columns: [&[f64]; W], n: usize) {
+    let n = columns.iter().fold(n, |n, c| n.min(c.len()));
+    let columns = columns.map(|c| &c[..n]);
+    let mut touched = [[0.0; W]; 4];
+    let mut i = 0;
+    while i + 24 < n {
+        for (u, sums) in touched.iter_mut().enumerate() {
+            for (t, c) in sums.iter_mut().zip(columns) {
+                *t += c[i + 8 * u];
             }
-            i += 32;
         }
-        for i in (i..n).step_by(8) {
-            for (t, c) in touched[0].iter_mut().zip(four) {
-                *t += c[i];
-            }
-        }
-    } else {
-        for (r, i) in (0..n).step_by(8).enumerate() {
-            for (t, c) in touched[r % 4].iter_mut().zip(&columns) {
-                *t += c[i];
-            }
+        i += 32;
+    }
+    for i in (i..n).step_by(8) {
+        for (t, c) in touched[0].iter_mut().zip(columns) {
+            *t += c[i];
         }
     }
     std::hint::black_box(touched);

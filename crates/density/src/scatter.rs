@@ -13,7 +13,7 @@
 //! fixed by the block size and the SIMD width: a given machine gives the same bits for any thread
 //! count (as with faer's products, the last bits may differ between instruction sets).
 
-use crate::moments::{TOUCHED_COLUMNS, touch_columns};
+use crate::moments::{TOUCHED_COLUMNS, touch, touch_columns};
 use faer::MatRef;
 
 /// Weighted mean and scatter of the rows of `x` (n × d, any layout) with weights `w` (length n,
@@ -185,7 +185,7 @@ impl ClassBlocks {
                     split_together = srcs.is_some();
                     if let Some(srcs) = srcs {
                         if touch_first {
-                            touch_columns(x, j, n);
+                            touch(&srcs, n);
                         }
                         let rooms = &mut block[j * stride..last * stride];
                         let mut rooms: Vec<&mut [f64]> = rooms.chunks_exact_mut(stride).collect();
@@ -1398,30 +1398,45 @@ fn all_finite(src: &[f64]) -> bool {
     src.iter().fold(true, |a, v| a & (v.abs() < f64::INFINITY))
 }
 
-/// Whether every value of up to [`TOUCHED_COLUMNS`] columns is finite, read together (one
-/// multiply-add `v · 0` per vector into a sum per column, which turns NaN at the first
-/// infinity or NaN).
+/// A running finiteness check of vectors: `check` (start at zero) plus `v · 0`, which stays zero
+/// while every value seen is finite and is NaN from the first infinity or NaN on. One
+/// multiply-add per vector, where comparing each vector and ANDing its mask took two
+/// operations and a move of the mask to a general register.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn check_finite(simd: pulp::x86::V4, check: pulp::f64x8, v: pulp::f64x8) -> pulp::f64x8 {
+    use pulp::Simd;
+    simd.mul_add_f64s(v, simd.splat_f64s(0.0), check)
+}
+
+/// Whether a [`check_finite`] sum saw only finite values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn checked_finite(simd: pulp::x86::V4, check: pulp::f64x8) -> bool {
+    use pulp::Simd;
+    simd.equal_f64s(check, simd.splat_f64s(0.0)).0 == u8::MAX
+}
+
+/// Whether every value of up to [`TOUCHED_COLUMNS`] columns is finite, the four read together
+/// ([`check_finite`], a sum per column).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn columns_are_finite_v4(simd: pulp::x86::V4, srcs: &[&[f64]]) -> bool {
     use pulp::Simd;
-    let zero = simd.splat_f64s(0.0);
-    let mut finite = true;
-    if let Ok(four) = <[&[f64]; TOUCHED_COLUMNS]>::try_from(srcs) {
-        let n = four.iter().map(|c| c.len()).min().unwrap_or(0);
-        let vectors = four.map(|c| <pulp::x86::V4 as Simd>::as_simd_f64s(&c[..n]).0);
-        let mut checks = [zero; TOUCHED_COLUMNS];
-        for b in 0..n / 8 {
-            for (check, v) in checks.iter_mut().zip(&vectors) {
-                *check = simd.mul_add_f64s(v[b], zero, *check);
-            }
+    let Ok(four) = <[&[f64]; TOUCHED_COLUMNS]>::try_from(srcs) else {
+        return srcs.iter().fold(true, |a, c| a & all_finite(c));
+    };
+    let n = four.iter().map(|c| c.len()).min().unwrap_or(0);
+    let vectors = four.map(|c| <pulp::x86::V4 as Simd>::as_simd_f64s(&c[..n]).0);
+    let mut checks = [simd.splat_f64s(0.0); TOUCHED_COLUMNS];
+    for b in 0..n / 8 {
+        for (check, v) in checks.iter_mut().zip(&vectors) {
+            *check = check_finite(simd, *check, v[b]);
         }
-        for (check, c) in checks.iter().zip(four) {
-            finite &= simd.equal_f64s(*check, zero).0 == u8::MAX && all_finite(&c[n / 8 * 8..n]);
-        }
-        return finite;
     }
-    srcs.iter().fold(true, |a, c| a & all_finite(c))
+    checks.iter().zip(four).fold(true, |a, (&check, c)| {
+        a & checked_finite(simd, check) & all_finite(&c[n / 8 * 8..n])
+    })
 }
 
 /// One column of [`ClassBlocks::split_by_order`]: class by class, `value(r)` for its rows r,
@@ -1726,8 +1741,7 @@ fn split_columns_v4(
 
 /// [`split_columns_v4`] for `K` classes (1 to [`MAX_PACKED_CLASSES`]) and four columns, with
 /// the loops over both unrolled: the same values in the same places. Each column's values are
-/// checked by a multiply-add `v · 0` into a sum of its own, which stays zero while they are
-/// finite and is NaN from the first infinity or NaN on.
+/// checked by a sum of its own ([`check_finite`]).
 ///
 /// Why: [`split_columns_v4`] loops over as many classes and columns as it is given, and kept
 /// the columns' slices on the stack, reloading and bounds-checking each one for every packed
@@ -1742,7 +1756,7 @@ fn split_four_columns_v4<const K: usize>(
     labels: &[usize],
     masks: &[u8],
     classes: &[(usize, usize)],
-    cols: [&mut [f64]; TOUCHED_COLUMNS],
+    mut cols: [&mut [f64]; TOUCHED_COLUMNS],
 ) -> bool {
     use pulp::Simd;
     const { assert!(K >= 1 && K <= MAX_PACKED_CLASSES) };
@@ -1750,14 +1764,12 @@ fn split_four_columns_v4<const K: usize>(
     let vectors = srcs.map(|src| <pulp::x86::V4 as Simd>::as_simd_f64s(&src[..groups * 8]).0);
     let class_masks: [&[u8]; K] = std::array::from_fn(|c| &masks[c * groups..(c + 1) * groups]);
     let mut at: [usize; K] = std::array::from_fn(|c| classes[c].0);
-    let mut cols = cols;
-    let zero = simd.splat_f64s(0.0);
-    let mut checks = [zero; TOUCHED_COLUMNS];
+    let mut checks = [simd.splat_f64s(0.0); TOUCHED_COLUMNS];
     for b in 0..groups {
         let m: [u8; K] = std::array::from_fn(|c| class_masks[c][b]);
         for ((vectors, col), check) in vectors.iter().zip(cols.iter_mut()).zip(&mut checks) {
             let v = vectors[b];
-            *check = simd.mul_add_f64s(v, zero, *check);
+            *check = check_finite(simd, *check, v);
             for c in 0..K {
                 let packed: [f64; 8] =
                     pulp::cast(simd.avx512f._mm512_maskz_compress_pd(m[c], pulp::cast(v)));
@@ -1770,7 +1782,7 @@ fn split_four_columns_v4<const K: usize>(
     }
     let mut finite = checks
         .iter()
-        .fold(true, |a, &c| a & (simd.equal_f64s(c, zero).0 == u8::MAX));
+        .fold(true, |a, &c| a & checked_finite(simd, c));
     let mut next = [0usize; MAX_PACKED_CLASSES];
     next[..K].copy_from_slice(&at);
     for (src, col) in srcs.iter().zip(cols.iter_mut()) {
