@@ -4,9 +4,11 @@
 //! the batched log-density. It used to be faer's triangular solve on a d × 4096 block; at the
 //! small d of classification (2–64) that solve spent most of its time in blocking and dispatch,
 //! not arithmetic (EM at d = 16 ran at a third of the machine's multiply rate). Here rows are
-//! taken eight SIMD vectors at a time with AVX-512 (64 rows), four with AVX2 (16 rows), their
-//! centred block lives in L1, and centring, substitution and the norm are one pass; columns are
-//! substituted in pairs so that each loaded vector feeds two fused multiply-adds.
+//! taken eight SIMD vectors at a time with AVX-512 (64 rows), four with AVX2 (16 rows), and
+//! centring, substitution and the norm are one pass: a whole block of contiguous columns is read
+//! where it is, each column centred as its substitution starts; other layouts and a last partial
+//! block are copied into a centred block in L1 first. Columns are substituted in pairs so that
+//! each loaded vector feeds two fused multiply-adds.
 //!
 //! Every multiply-add is fused and correctly rounded on every path (hardware FMA, or pulp's exact
 //! software `fma` on a CPU without it), so the result does not depend on the SIMD width the CPU
@@ -52,7 +54,8 @@ pub fn gaussian_log_density(
 /// `out[(i, c)] = log_norms[c] − ½‖L_c⁻¹(x_i − μ_c)‖²` for every row of `x` and every class c:
 /// [`gaussian_log_density`] of each class (its bits), with `means` K × d row-major and
 /// `factors` the K lower factors, d × d column-major one after another. Each block of rows is
-/// read from `x` once for all the classes and centred at each class's mean from L1, and each
+/// read from `x` by every class (from L1 after the first) and centred at the class's mean as it
+/// is substituted, and each
 /// class's results are stored straight into its column of `out` (b × K, any layout).
 ///
 /// Why: class by class, every class read the whole chunk again and copied each block's results
@@ -145,23 +148,35 @@ impl BlockedKernel for ClassesKernel<'_> {
             3 => small_classes::<S, 3>(simd, &mut self),
             _ => 0,
         };
+        // Whole blocks of contiguous columns are read where they are: each class centres a
+        // vector of rows as the substitution starts its column (`from_columns`). The block was
+        // copied, then centred into a second buffer for every class, a load and a store per
+        // value each time. `profile qda-predict`, `PROFILE_COLD=cs`, medians of 21, alternated:
+        // d = 16, K = 2 5.78–5.80 → 5.25–5.29 ms (3 pairs); K = 10 21.0–21.2 → 19.0–19.4 ms;
+        // d = 8, K = 2 4.6–5.2 → 2.9–3.6 ms; d = 4, K = 10 7.7–8.1 → 6.0–6.1 ms.
+        let columns = crate::block::contiguous_columns(self.x, 0..d);
         while r0 < n {
             let len = rows.min(n - r0);
-            crate::block::gather_columns(self.x.subrows(r0, len), None, None, rows, raw);
+            let in_place = columns.as_deref().filter(|_| len == rows);
+            if in_place.is_none() {
+                crate::block::gather_columns(self.x.subrows(r0, len), None, None, rows, raw);
+            }
             for c in 0..k {
                 ahead.ask(r0, c, k);
-                // x − μ_cj, as `gather_columns` centres (the padding rows' values are unused).
                 let mean = &self.means[c * d..(c + 1) * d];
-                for ((zj, xj), &m) in z
-                    .chunks_exact_mut(rows)
-                    .zip(raw.chunks_exact(rows))
-                    .zip(mean)
-                {
-                    let m = simd.splat_f64s(m);
-                    let (zv, _) = S::as_mut_simd_f64s(zj);
-                    let (xv, _) = S::as_simd_f64s(xj);
-                    for (o, &v) in zv.iter_mut().zip(xv) {
-                        *o = simd.sub_f64s(v, m);
+                if in_place.is_none() {
+                    // x − μ_cj, as `from_columns` centres (the padding rows' values are unused).
+                    for ((zj, xj), &m) in z
+                        .chunks_exact_mut(rows)
+                        .zip(raw.chunks_exact(rows))
+                        .zip(mean)
+                    {
+                        let m = simd.splat_f64s(m);
+                        let (zv, _) = S::as_mut_simd_f64s(zj);
+                        let (xv, _) = S::as_simd_f64s(xj);
+                        for (o, &v) in zv.iter_mut().zip(xv) {
+                            *o = simd.sub_f64s(v, m);
+                        }
                     }
                 }
                 // A whole block goes straight into its column; a shorter one through `norms`.
@@ -171,10 +186,14 @@ impl BlockedKernel for ClassesKernel<'_> {
                     false => col,
                     true => &mut norms[..],
                 };
+                let z = &*z;
                 substitute::<S, V>(
                     simd,
-                    z,
-                    rows,
+                    #[inline(always)]
+                    |j| match in_place {
+                        Some(columns) => from_columns::<S, V>(simd, columns[j], r0, mean[j]),
+                        None => from_block::<S, V>(z, j, rows),
+                    },
                     &self.packed[c * strict..(c + 1) * strict],
                     &self.inv_diag[c * d..(c + 1) * d],
                     (-0.5, self.log_norms[c]),
@@ -218,9 +237,10 @@ const ABREAST_MIN_CLASSES: usize = 6;
 /// pairing of columns, the norm from zero, the same fused multiply-adds), so the bits are the
 /// block kernel's.
 ///
-/// Why: at d = 2 the block kernel copies each block of rows, centres it into a second buffer
-/// for every class, keeps the finished vectors and stores the norms through a third: about as
-/// many loads and stores as arithmetic. `profile qda-joint-into 2 10` (n = 1e6, 80 MB written)
+/// Why: at d = 2 the block kernel then copied each block of rows, centred it into a second
+/// buffer for every class, kept the finished vectors and stored the norms through a third: about
+/// as many loads and stores as arithmetic (it now reads whole blocks in place, but still keeps
+/// the finished vectors). `profile qda-joint-into 2 10` (n = 1e6, 80 MB written)
 /// took 0.0074–0.0089 s that way and 0.0047–0.0060 s this way; at d = 3 0.0093–0.0095 s against
 /// 0.0050–0.0054 s (AMD EPYC host, 3 and 2 alternated runs).
 #[inline(always)]
@@ -429,13 +449,23 @@ impl BlockedKernel for Kernel<'_> {
         let z = crate::block::aligned_prefix(&mut z, d * rows);
         let done = crate::block::aligned_prefix(&mut done, d * rows);
         let norms = crate::block::aligned_prefix(&mut norms, rows);
+        // Whole blocks of contiguous columns are read in place, as in [`ClassesKernel`].
+        let columns = crate::block::contiguous_columns(self.x, 0..d);
         for (block, out_block) in self.out.chunks_mut(rows).enumerate() {
-            let x = self.x.subrows(block * rows, out_block.len());
-            crate::block::gather_columns(x, None, Some(self.mean), rows, z);
+            let (r0, len) = (block * rows, out_block.len());
+            let in_place = columns.as_deref().filter(|_| len == rows);
+            if in_place.is_none() {
+                let x = self.x.subrows(r0, len);
+                crate::block::gather_columns(x, None, Some(self.mean), rows, z);
+            }
+            let (z, mean) = (&*z, self.mean);
             substitute::<S, V>(
                 simd,
-                z,
-                rows,
+                #[inline(always)]
+                |j| match in_place {
+                    Some(columns) => from_columns::<S, V>(simd, columns[j], r0, mean[j]),
+                    None => from_block::<S, V>(z, j, rows),
+                },
                 self.packed,
                 self.inv_diag,
                 (self.scale, self.offset),
@@ -457,8 +487,34 @@ impl BlockedKernel for Kernel<'_> {
     }
 }
 
-/// Forward substitution `L w = z` on a d × `rows` block (rows = `V` vectors), writing the squared
-/// norm q of each of the block's columns (one per data row) to `norms` as `scale · q + offset`
+/// Row `j` of a centred block `z` (d rows of `rows` values), as [`substitute`] starts it.
+#[inline(always)]
+fn from_block<S: pulp::Simd, const V: usize>(z: &[f64], j: usize, rows: usize) -> [S::f64s; V] {
+    let (z, _) = S::as_simd_f64s(&z[j * rows..(j + 1) * rows]);
+    std::array::from_fn(|v| z[v])
+}
+
+/// The `V` vectors of rows from `r0` of a contiguous column less its centre `m`: the values a
+/// centred block holds (the same subtraction), read in place.
+#[inline(always)]
+fn from_columns<S: pulp::Simd, const V: usize>(
+    simd: S,
+    column: &[f64],
+    r0: usize,
+    m: f64,
+) -> [S::f64s; V] {
+    let m = simd.splat_f64s(m);
+    let (x, _) = S::as_simd_f64s(&column[r0..r0 + V * S::F64_LANES]);
+    let mut a = [m; V];
+    for (a, &x) in a.iter_mut().zip(x) {
+        *a = simd.sub_f64s(x, m);
+    }
+    a
+}
+
+/// Forward substitution `L w = z` on a d × `rows` block (rows = `V` vectors; `start(j)` gives
+/// row j of z, feature j of the block's rows centred), writing the squared norm q of each of
+/// the block's columns (one per data row) to `norms` as `scale · q + offset`
 /// (`affine`, one rounding). `done` (d · V vectors) holds the finished columns of `w`. Columns
 /// are substituted two at a time, so each finished vector loaded from `done` feeds two fused
 /// multiply-adds (the loop is otherwise bound by loads), with 2·V independent accumulator
@@ -467,8 +523,7 @@ impl BlockedKernel for Kernel<'_> {
 #[inline(always)]
 fn substitute<S: pulp::Simd, const V: usize>(
     simd: S,
-    z: &[f64],
-    rows: usize,
+    start: impl Fn(usize) -> [S::f64s; V],
     packed: &[f64],
     inv_diag: &[f64],
     affine: (f64, f64),
@@ -480,11 +535,6 @@ fn substitute<S: pulp::Simd, const V: usize>(
     let mut n = [zero; V];
     // Row j of the strict lower triangle starts at j(j − 1)/2 in `packed`.
     let lower_row = |j: usize| &packed[j * j.saturating_sub(1) / 2..][..j];
-    let start = |j: usize| -> [S::f64s; V] {
-        let mut a = [zero; V];
-        a.copy_from_slice(&S::as_simd_f64s(&z[j * rows..(j + 1) * rows]).0[..V]);
-        a
-    };
     let mut j = 0;
     while j < d {
         let mut a = start(j);
@@ -656,11 +706,12 @@ mod tests {
 
     #[test]
     fn each_row_is_independent_of_its_block() {
-        // Row i's distance is the same whether it is evaluated alone or inside any block.
-        let (x, mean, l) = random_problem(53, 9, 11);
-        let mut all = vec![0.0; 53];
+        // Row i's distance is the same whether it is evaluated alone (a partial block, copied)
+        // or inside any block: whole ones are read in place (64 rows on AVX-512, 32 on AVX2).
+        let (x, mean, l) = random_problem(150, 9, 11);
+        let mut all = vec![0.0; 150];
         squared_mahalanobis(x.as_ref(), &mean, l.as_ref(), &mut all);
-        for i in [0, 7, 15, 16, 31, 52] {
+        for i in [0, 7, 15, 16, 31, 52, 63, 64, 100, 127, 128, 149] {
             let mut one = [0.0];
             squared_mahalanobis(x.as_ref().subrows(i, 1), &mean, l.as_ref(), &mut one);
             assert_eq!(one[0].to_bits(), all[i].to_bits(), "row {i}");
