@@ -155,6 +155,8 @@ impl BlockedKernel for ClassesKernel<'_> {
         // d = 16, K = 2 5.78–5.80 → 5.25–5.29 ms (3 pairs); K = 10 21.0–21.2 → 19.0–19.4 ms;
         // d = 8, K = 2 4.6–5.2 → 2.9–3.6 ms; d = 4, K = 10 7.7–8.1 → 6.0–6.1 ms.
         let columns = crate::block::contiguous_columns(self.x, 0..d);
+        // Column j of the block ahead is asked for by class j mod K as it starts that column.
+        let asker: Vec<usize> = (0..d).map(|j| j % k).collect();
         while r0 < n {
             let len = rows.min(n - r0);
             let in_place = columns.as_deref().filter(|_| len == rows);
@@ -162,7 +164,6 @@ impl BlockedKernel for ClassesKernel<'_> {
                 crate::block::gather_columns(self.x.subrows(r0, len), None, None, rows, raw);
             }
             for c in 0..k {
-                ahead.ask(r0, c, k);
                 let mean = &self.means[c * d..(c + 1) * d];
                 if in_place.is_none() {
                     // x − μ_cj, as `from_columns` centres (the padding rows' values are unused).
@@ -190,9 +191,14 @@ impl BlockedKernel for ClassesKernel<'_> {
                 substitute::<S, V>(
                     simd,
                     #[inline(always)]
-                    |j| match in_place {
-                        Some(columns) => from_columns::<S, V>(simd, columns[j], r0, mean[j]),
-                        None => from_block::<S, V>(z, j, rows),
+                    |j| {
+                        if asker[j] == c {
+                            ahead.ask_column(r0, j);
+                        }
+                        match in_place {
+                            Some(columns) => from_columns::<S, V>(simd, columns[j], r0, mean[j]),
+                            None => from_block::<S, V>(z, j, rows),
+                        }
                     },
                     &self.packed[c * strict..(c + 1) * strict],
                     &self.inv_diag[c * d..(c + 1) * d],
@@ -358,9 +364,17 @@ const BLOCKS_AHEAD: usize = 2;
 /// [`gaussian_log_densities`]' software prefetch. A block of rows reads a short run (64 rows,
 /// 512 bytes) of every column: d runs from memory, which the hardware's prefetchers, starting
 /// afresh at each, did not keep up with above 8 columns. So each block asks for the block
-/// [`BLOCKS_AHEAD`] on, a share per class, while its substitution runs from L1. It replaced a
-/// read of the whole chunk first (four columns side by side), after which the substitution ran
-/// alone. `profile qda-predict-into`, medians of 9, 3 alternated pairs (read first → asked
+/// [`BLOCKS_AHEAD`] on while its substitution runs from L1, one column at a time as the
+/// substitutions start their columns (column j by class j mod K). It asked for a share of the
+/// block per class, each share's lines in one burst before the class's substitution: with the
+/// input in cache those asks had 18% of the samples of `profile qda-predict 16 2`, and from
+/// memory they were slower (`PROFILE_COLD=cs`, medians of 11, 2 alternated pairs, shares →
+/// columns: d = 16, K = 2 5.87, 5.59 → 5.13, 5.29 ms; K = 10 20.7, 21.0 → 20.0, 18.4 ms; d = 32,
+/// K = 2 16.3, 14.5 → 13.1, 12.2 ms; d = 64 even). Asking for the shares' lines in a tighter
+/// loop was slower still from memory (d = 16, K = 2 about 5.9 ms; into L2 only, 7.0–7.3 ms).
+///
+/// The shares had replaced a read of the whole chunk first (four columns side by side), after
+/// which the substitution ran alone. `profile qda-predict-into`, medians of 9, 3 alternated pairs (read first → asked
 /// ahead): d = 16, K = 2 0.0114, 0.0114, 0.0115 → 0.0090, 0.0112, 0.0091 s; K = 10 0.0389,
 /// 0.0384, 0.0391 → 0.0366, 0.0361, 0.0363 s; d = 32, K = 2 0.0409, 0.0345, 0.0345 → 0.0317,
 /// 0.0321, 0.0316 s; d = 64, K = 2 0.0991, 0.1084, 0.1072 → 0.0936, 0.0926, 0.0917 s. At d = 8
@@ -369,9 +383,8 @@ const BLOCKS_AHEAD: usize = 2;
 struct ReadAhead<'a> {
     /// Every column, when `x` is column-major and wide enough to ask for.
     columns: Option<Vec<&'a [f64]>>,
-    /// Rows per block, and in `x`.
+    /// Rows per block.
     rows: usize,
-    n: usize,
 }
 
 impl<'a> ReadAhead<'a> {
@@ -380,21 +393,20 @@ impl<'a> ReadAhead<'a> {
             true => crate::block::contiguous_columns(x, 0..x.ncols()),
             false => None,
         };
-        ReadAhead {
-            columns,
-            rows,
-            n: x.nrows(),
-        }
+        ReadAhead { columns, rows }
     }
 
-    /// For the block starting at row `r0`, share `part` of `parts` of the block ahead.
+    /// For the block starting at row `r0`, column `j` of the block ahead (what of it is in the
+    /// column).
     #[inline(always)]
-    fn ask(&self, r0: usize, part: usize, parts: usize) {
-        if let Some(columns) = &self.columns {
+    fn ask_column(&self, r0: usize, j: usize) {
+        if let Some(&column) = self.columns.as_ref().and_then(|c| c.get(j)) {
             let at = r0 + BLOCKS_AHEAD * self.rows;
-            if at < self.n {
-                let ahead = at..(at + self.rows).min(self.n);
-                crate::block::prefetch_share(columns, ahead, part, parts);
+            let end = (at + self.rows).min(column.len());
+            let mut t = at;
+            while t < end {
+                crate::block::prefetch(column, t);
+                t += 8;
             }
         }
     }
@@ -627,8 +639,8 @@ mod tests {
         assert!(columns.iter().all(|c| c.len() == 100));
         // Every block's ask, the last ones' past the end included, stays inside the columns.
         for r0 in (0..100).step_by(64) {
-            for part in 0..3 {
-                ahead.ask(r0, part, 3);
+            for j in 0..OWN_PREFETCH_MIN_COLUMNS {
+                ahead.ask_column(r0, j);
             }
         }
         let narrow = Mat::from_fn(100, OWN_PREFETCH_MIN_COLUMNS - 1, |i, j| (i + j) as f64);
