@@ -90,7 +90,7 @@ pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
 /// (nothing when `at` is past the end, or off x86-64): for a pass that knows what it reads
 /// next, so that reading it from memory overlaps the arithmetic on what is already in cache.
 #[inline(always)]
-pub(crate) fn prefetch(values: &[f64], at: usize) {
+pub fn prefetch(values: &[f64], at: usize) {
     #[cfg(target_arch = "x86_64")]
     if let Some(v) = values.get(at) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
