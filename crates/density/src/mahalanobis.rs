@@ -355,8 +355,13 @@ fn pack_factor(l: MatRef<'_, f64>, packed: &mut Vec<f64>, inv_diag: &mut Vec<f64
     inv_diag.extend((0..d).map(|j| 1.0 / l[(j, j)]));
 }
 
-/// Fewest columns for which [`gaussian_log_densities`] asks for its blocks itself.
-const OWN_PREFETCH_MIN_COLUMNS: usize = crate::moments::SHORT_RUN_MAX_COLUMNS + 1;
+/// Fewest columns for which [`gaussian_log_densities`] asks for its blocks itself: every width
+/// its blocks take (fewer go through registers, `small_classes`). Asked for in shares, blocks
+/// of 8 columns or fewer gained nothing; asked for by columns, `profile qda-predict`,
+/// `PROFILE_COLD=cs`, medians of 21, 3 alternated pairs (from 9 columns → from 4): d = 4, K = 2
+/// 2.05–2.33 → 1.92–2.05 ms; d = 6, K = 2 2.22–2.76 → 2.13–2.19 ms; d = 8, K = 2 2.66–2.82 →
+/// 2.45–2.51 ms; d = 6, K = 10 even (6.8–7.1 ms).
+const OWN_PREFETCH_MIN_COLUMNS: usize = IN_REGISTERS_MAX_COLUMNS + 1;
 
 /// How many blocks ahead of the one being substituted the kernel asks for rows from memory.
 const BLOCKS_AHEAD: usize = 2;
@@ -378,8 +383,8 @@ const BLOCKS_AHEAD: usize = 2;
 /// ahead): d = 16, K = 2 0.0114, 0.0114, 0.0115 → 0.0090, 0.0112, 0.0091 s; K = 10 0.0389,
 /// 0.0384, 0.0391 → 0.0366, 0.0361, 0.0363 s; d = 32, K = 2 0.0409, 0.0345, 0.0345 → 0.0317,
 /// 0.0321, 0.0316 s; d = 64, K = 2 0.0991, 0.1084, 0.1072 → 0.0936, 0.0926, 0.0917 s. At d = 8
-/// (which had no read first) asking bought nothing (0.0042, 0.0043, 0.0047 → 0.0043, 0.0051,
-/// 0.0045 s), nor in the one-class kernel's whitening (tied EM's E-step).
+/// (which had no read first) asking for shares bought nothing (0.0042, 0.0043, 0.0047 → 0.0043,
+/// 0.0051, 0.0045 s), nor in the one-class kernel's whitening (tied EM's E-step).
 struct ReadAhead<'a> {
     /// Every column, when `x` is column-major and wide enough to ask for.
     columns: Option<Vec<&'a [f64]>>,
