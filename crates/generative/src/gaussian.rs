@@ -1920,7 +1920,7 @@ impl DiagonalLogJoint<'_> {
                 for (c, sum) in sums.iter_mut().enumerate() {
                     // Class c < 4 asks for column c of the next group, a line after each vector
                     // of its pass (see `PREFETCHED_MIN_CLASSES`).
-                    let column_ahead = match next {
+                    let asks = match next {
                         Some((nr0, nj)) if c < width_at(nj) => {
                             &columns[nj + c][nr0..(nr0 + block_rows).min(b)]
                         }
@@ -1931,29 +1931,12 @@ impl DiagonalLogJoint<'_> {
                     };
                     let (m, iv) = (at(means), at(inv_var));
                     let sum = &mut sum[r0..r1];
-                    match (j == 0, width == DIAGONAL_GROUP) {
-                        (true, true) => add_squares::<S, DIAGONAL_GROUP, true>(
-                            simd,
-                            &x,
-                            &m,
-                            &iv,
-                            sum,
-                            column_ahead,
-                        ),
-                        (true, false) => {
-                            add_squares::<S, 1, true>(simd, &x, &m, &iv, sum, column_ahead)
-                        }
-                        (false, true) => add_squares::<S, DIAGONAL_GROUP, false>(
-                            simd,
-                            &x,
-                            &m,
-                            &iv,
-                            sum,
-                            column_ahead,
-                        ),
-                        (false, false) => {
-                            add_squares::<S, 1, false>(simd, &x, &m, &iv, sum, column_ahead)
-                        }
+                    const G: usize = DIAGONAL_GROUP;
+                    match (j == 0, width == G) {
+                        (true, true) => add_squares::<S, G, true>(simd, &x, &m, &iv, sum, asks),
+                        (true, false) => add_squares::<S, 1, true>(simd, &x, &m, &iv, sum, asks),
+                        (false, true) => add_squares::<S, G, false>(simd, &x, &m, &iv, sum, asks),
+                        (false, false) => add_squares::<S, 1, false>(simd, &x, &m, &iv, sum, asks),
                     }
                 }
                 j += width;
