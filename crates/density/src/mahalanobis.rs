@@ -55,8 +55,8 @@ pub fn gaussian_log_density(
 /// [`gaussian_log_density`] of each class (its bits), with `means` K × d row-major and
 /// `factors` the K lower factors, d × d column-major one after another. Each block of rows is
 /// read from `x` by every class (from L1 after the first) and centred at the class's mean as it
-/// is substituted, and each
-/// class's results are stored straight into its column of `out` (b × K, any layout).
+/// is substituted, and each class's results are stored straight into its column of `out`
+/// (b × K, any layout).
 ///
 /// Why: class by class, every class read the whole chunk again and copied each block's results
 /// out through a call; at d = 2, K = 10, QDA's log joints into a kept output took 9.4 ms
@@ -379,8 +379,8 @@ const BLOCKS_AHEAD: usize = 2;
 /// loop was slower still from memory (d = 16, K = 2 about 5.9 ms; into L2 only, 7.0–7.3 ms).
 ///
 /// The shares had replaced a read of the whole chunk first (four columns side by side), after
-/// which the substitution ran alone. `profile qda-predict-into`, medians of 9, 3 alternated pairs (read first → asked
-/// ahead): d = 16, K = 2 0.0114, 0.0114, 0.0115 → 0.0090, 0.0112, 0.0091 s; K = 10 0.0389,
+/// which the substitution ran alone. `profile qda-predict-into`, medians of 9, 3 alternated
+/// pairs (read first → asked ahead): d = 16, K = 2 0.0114, 0.0114, 0.0115 → 0.0090, 0.0112, 0.0091 s; K = 10 0.0389,
 /// 0.0384, 0.0391 → 0.0366, 0.0361, 0.0363 s; d = 32, K = 2 0.0409, 0.0345, 0.0345 → 0.0317,
 /// 0.0321, 0.0316 s; d = 64, K = 2 0.0991, 0.1084, 0.1072 → 0.0936, 0.0926, 0.0917 s. At d = 8
 /// (which had no read first) asking for shares bought nothing (0.0042, 0.0043, 0.0047 → 0.0043,

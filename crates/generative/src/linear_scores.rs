@@ -310,7 +310,6 @@ impl<const K: usize, const MODE: u8> pulp::WithSimd for Typed<'_, K, MODE> {
         };
         let (d, n) = (columns.len(), scores[0].len());
         let b: [f64; K] = std::array::from_fn(|c| intercepts[c]);
-
         let mut all_accepted = true;
         for r0 in (0..n).step_by(BLOCK_ROWS) {
             let r1 = (r0 + BLOCK_ROWS).min(n);
