@@ -1074,13 +1074,23 @@ const PERMUTED_MAX_GROUPS: usize = 16;
 /// Each of `groups` as a byte, for [`centre_by_group_with`]: the group where it is below `k`, and
 /// `u8::MAX` (a group past the means) where it is not; nothing when `k` is past
 /// [`PERMUTED_MAX_GROUPS`].
+///
+/// Inside the dispatch, as a select and a narrowing of eight labels at a time (`vpmovqb` with
+/// AVX-512): compiled for the baseline target it went a label at a time, and had a fifth of
+/// the samples of LDA's fit at d = 2, K = 10.
 fn narrow_groups(groups: &[usize], k: usize, out: &mut Vec<u8>) {
     out.clear();
     if k <= PERMUTED_MAX_GROUPS {
-        out.extend(groups.iter().map(|&g| match u8::try_from(g) {
-            Ok(b) if g < k => b,
-            _ => u8::MAX,
-        }));
+        out.resize(groups.len(), 0);
+        pulp::Arch::new().dispatch(
+            #[inline(always)]
+            || {
+                for (o, &g) in out.iter_mut().zip(groups) {
+                    // k ≤ 16, so a group below k fits a byte.
+                    *o = if g < k { g as u8 } else { u8::MAX };
+                }
+            },
+        );
     }
 }
 
@@ -3625,6 +3635,30 @@ mod tests {
                 assert_eq!(got[i].to_bits(), want[i].to_bits(), "k {k} row {i}");
                 let expect = means.get(groups[i]).map_or(0.0, |m| col[i] - m);
                 assert_eq!(want[i].to_bits(), expect.to_bits(), "k {k} row {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn narrowed_groups_are_each_group_below_k_or_the_byte_past_the_means() {
+        for n in [0usize, 1, 7, 8, 9, 64, 4099] {
+            let groups: Vec<usize> = (0..n)
+                .map(|i| match i % 13 {
+                    12 => usize::MAX - i,
+                    5 => 256 + i % 4,
+                    _ => (i * 5 + i / 3) % 19,
+                })
+                .collect();
+            for k in [1usize, 2, 3, 10, 16, 17] {
+                let mut got = vec![7u8; 3];
+                narrow_groups(&groups, k, &mut got);
+                let want: Vec<u8> = if k <= PERMUTED_MAX_GROUPS {
+                    let byte = |g: usize| if g < k { g as u8 } else { u8::MAX };
+                    groups.iter().map(|&g| byte(g)).collect()
+                } else {
+                    Vec::new()
+                };
+                assert_eq!(got, want, "n = {n}, k = {k}");
             }
         }
     }
