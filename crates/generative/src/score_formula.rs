@@ -32,8 +32,7 @@ pub enum ScoreFormula<'a> {
         log_norms: Cow<'a, [f64]>,
     },
     /// `log_norm_c − ½‖L_c⁻¹(x_i − μ_c)‖²` by forward substitution (QDA), as
-    /// [`density::mahalanobis::gaussian_log_densities`] computes it (written unzeroed only up
-    /// to 3 features): `means` K × d row by row,
+    /// [`density::mahalanobis::gaussian_log_densities`] computes it: `means` K × d row by row,
     /// `factors` the K lower Cholesky factors, d × d column-major one after another.
     FullGaussian {
         means: Cow<'a, [f64]>,
@@ -88,11 +87,7 @@ impl ScoreFormula<'_> {
                 log_norms,
             } => {
                 let (n, d, k) = (x.nrows(), x.ncols(), log_norms.len());
-                // Not by blocks (above 3 features): their stores into lines not yet in cache
-                // stalled, and the output zeroed first was the faster (`profile qda-predict
-                // 16 2` 0.0058 s against 0.0064 s; 16 10 0.0211 s against 0.0221 s).
-                if d > density::mahalanobis::IN_REGISTERS_MAX_COLUMNS
-                    || means.len() != k * d
+                if means.len() != k * d
                     || factors.len() != k * d * d
                     || out.len() != k
                     || out.iter().any(|col| col.len() != n)
