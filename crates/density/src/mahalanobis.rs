@@ -159,9 +159,10 @@ impl BlockedKernel for ClassesKernel<'_> {
         // a stream, then overwritten block by block. Why: a block's results go to K columns,
         // 64 rows (eight lines) each, and where those lines were not in cache (an output kept
         // from an earlier call, as EM's E-step keeps one) the stores stalled the
-        // substitution: `profile qda-predict-into`, `PROFILE_COLD=cs`, medians of 21, three
-        // alternated pairs: d = 16, K = 2 5.8–6.6 → 4.7–5.0 ms, K = 10 23.0–30.4 → 17.9–22.6
-        // ms, as fast as into a fresh output, which was zeroed first.
+        // substitution: `profile qda-predict-into`, `PROFILE_COLD=cs`, medians of 21, two
+        // alternated pairs: d = 16, K = 2 5.66, 5.65 → 4.63, 4.74 ms; K = 10 24.3, 24.9 →
+        // 18.3, 18.1 ms; d = 4, K = 10 8.9 → 5.8–6.1 ms, as fast as into a fresh output, which
+        // a worker used to zero first and now this does (`ScoreFormula::FullGaussian`).
         for col in self.out.iter_mut() {
             let from = r0.min(col.len());
             col[from..].fill(MaybeUninit::new(0.0));

@@ -1081,14 +1081,15 @@ const PERMUTED_MAX_GROUPS: usize = 16;
 fn narrow_groups(groups: &[usize], k: usize, out: &mut Vec<u8>) {
     out.clear();
     if k <= PERMUTED_MAX_GROUPS {
-        out.resize(groups.len(), 0);
         pulp::Arch::new().dispatch(
             #[inline(always)]
             || {
-                for (o, &g) in out.iter_mut().zip(groups) {
-                    // k ≤ 16, so a group below k fits a byte.
-                    *o = if g < k { g as u8 } else { u8::MAX };
-                }
+                // k ≤ 16, so a group below k fits a byte.
+                out.extend(
+                    groups
+                        .iter()
+                        .map(|&g| if g < k { g as u8 } else { u8::MAX }),
+                );
             },
         );
     }
