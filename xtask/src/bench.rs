@@ -1287,6 +1287,13 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
         }
         return Ok(());
     }
+    // `PROFILE_STREAM=1` (or `0`) writes every prediction's posteriors by non-temporal stores
+    // (or none), whatever the CPU and size, to time the two against each other.
+    match std::env::var("PROFILE_STREAM").as_deref() {
+        Ok("1") => generative::model::force_posterior_streaming(Some(true)),
+        Ok("0") => generative::model::force_posterior_streaming(Some(false)),
+        _ => {}
+    }
     // `PROFILE_N` sets the rows (1,000,000 by default): a small n keeps the data in cache, which
     // tells a kernel's own speed from its memory traffic.
     let n = std::env::var("PROFILE_N")

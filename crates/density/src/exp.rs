@@ -162,6 +162,7 @@ pub fn softmax_rows(
     if fits {
         run(Kernel::Softmax {
             columns,
+            dst: None,
             rows,
             shift,
             sums,
@@ -169,6 +170,63 @@ pub fn softmax_rows(
         });
     }
     done
+}
+
+/// [`softmax_rows`] with the posteriors written to `dst` (one column per column of
+/// `columns`, the same rows) instead of in place; `columns` are left holding the rows'
+/// exponentials. Every entry of the rows `rows.start ..` the returned row is written; the
+/// others are not touched. Where a column of `dst` starts on a vector boundary (64 bytes with
+/// AVX-512, 32 with AVX2), its vectors are written by non-temporal stores, whose order with
+/// later stores the caller makes sure of ([`store_fence`]).
+///
+/// Why: a store into an output line that is not in cache reads the line from memory first,
+/// so writing an n × K output moved its bytes twice. On the Xeon of the seventy-ninth round,
+/// 2 threads wrote 80 MB into a reused buffer in 4.4 ms with plain stores and 2.35 ms with
+/// non-temporal ones; scores kept in the worker's buffer and streamed out from here took
+/// `predict_proba` at d = 2, K = 10 from 7.8 to 6.6 ms (BENCHMARKS.md).
+pub fn softmax_rows_to(
+    columns: &mut [&mut [f64]],
+    dst: &mut [&mut [std::mem::MaybeUninit<f64>]],
+    rows: std::ops::Range<usize>,
+    shift: &mut [f64],
+    sums: &mut [f64],
+) -> usize {
+    let mut done = rows.start;
+    let k = columns.len();
+    let fits = (1..=SOFTMAX_MAX_COLUMNS).contains(&k)
+        && dst.len() == k
+        && rows.start <= rows.end
+        && columns.iter().all(|c| c.len() >= rows.end)
+        && dst.iter().all(|c| c.len() >= rows.end)
+        && shift.len() >= rows.len()
+        && sums.len() >= rows.len();
+    if fits {
+        let mut outs = [std::ptr::null_mut::<f64>(); SOFTMAX_MAX_COLUMNS];
+        for (o, col) in outs.iter_mut().zip(dst.iter_mut()) {
+            // Row `rows.start` of the column: `rows.end ≤ col.len()`, checked above.
+            *o = col[rows.start..].as_mut_ptr().cast::<f64>();
+        }
+        run(Kernel::Softmax {
+            columns,
+            dst: Some(&outs[..k]),
+            rows,
+            shift,
+            sums,
+            done: &mut done,
+        });
+    }
+    done
+}
+
+/// Orders the non-temporal stores of [`softmax_rows_to`] before every later store (`sfence`),
+/// so that a thread that sees a later store also sees them.
+#[allow(unsafe_code)]
+pub fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` is part of SSE, which every x86-64 CPU has.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// What one call computes.
@@ -184,6 +242,9 @@ enum Kernel<'a, 'c> {
     /// [`softmax_rows`]' arguments, and where it stopped.
     Softmax {
         columns: &'a mut [&'c mut [f64]],
+        /// With [`softmax_rows_to`]: each column's row `rows.start`, `rows.len()` entries
+        /// writable from there.
+        dst: Option<&'a [*mut f64]>,
         rows: std::ops::Range<usize>,
         shift: &'a mut [f64],
         sums: &'a mut [f64],
@@ -286,6 +347,17 @@ trait VectorExp: pulp::Simd {
     fn exp_f64s<const CLAMP_ABOVE: bool>(self, x: Self::f64s) -> Self::f64s;
     /// Whether every lane of `x` is finite.
     fn all_finite_f64s(self, x: Self::f64s) -> bool;
+    /// Writes `v` at `to`, by a non-temporal store with `stream`.
+    ///
+    /// # Safety
+    /// `to` is valid for writes of one vector, and aligned to the vector's size with `stream`.
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn put_f64s(self, to: *mut f64, v: Self::f64s, stream: bool) {
+        let _ = stream;
+        // SAFETY: the caller's.
+        unsafe { to.cast::<Self::f64s>().write_unaligned(v) };
+    }
 }
 
 /// The kernels on whole vectors of `S`, the rest with the scalar formula.
@@ -331,6 +403,7 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
             }
             Kernel::Softmax {
                 columns,
+                dst,
                 rows,
                 shift,
                 sums,
@@ -339,9 +412,9 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
                 // Four vectors at a time keep four maxima, four sums and the exponentials'
                 // temporaries in registers: about 30, which AVX-512 has and AVX2 (16) has not.
                 *done = if S::REGISTER_COUNT >= 32 {
-                    softmax_vectors::<S, 4>(simd, columns, rows, shift, sums)
+                    softmax_vectors::<S, 4>(simd, columns, dst, rows, shift, sums)
                 } else {
-                    softmax_vectors::<S, 2>(simd, columns, rows, shift, sums)
+                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums)
                 }
             }
         }
@@ -350,9 +423,11 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
 
 /// [`softmax_rows`] on whole vectors of `S`; returns the first row not done.
 #[inline(always)]
+#[allow(unsafe_code)]
 fn softmax_vectors<S: VectorExp, const U: usize>(
     simd: S,
     columns: &mut [&mut [f64]],
+    dst: Option<&[*mut f64]>,
     rows: std::ops::Range<usize>,
     shift: &mut [f64],
     sums: &mut [f64],
@@ -363,10 +438,17 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
         *head = S::as_mut_simd_f64s(&mut col[rows.clone()]).0;
     }
     let heads = &mut heads[..k];
+    // Where the posteriors go: each column's row `rows.start` in `dst`, or none (in place).
+    let outs: &[*mut f64] = dst.map_or(&[], |d| &d[..k]);
+    let stream = outs
+        .iter()
+        .all(|&p| (p as usize).is_multiple_of(8 * S::F64_LANES));
     let (shift, _) = S::as_mut_simd_f64s(&mut shift[..rows.len()]);
     let (sums, _) = S::as_mut_simd_f64s(&mut sums[..rows.len()]);
     if let [first, second] = heads {
-        return two_class_vectors::<S, U>(simd, first, second, rows.start, shift, sums);
+        return two_class_vectors::<S, U>(
+            simd, first, second, outs, stream, rows.start, shift, sums,
+        );
     }
     let Some((first, rest)) = heads.split_first_mut() else {
         return rows.start;
@@ -404,12 +486,28 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
             }
         }
         let scale: [S::f64s; U] = std::array::from_fn(|u| simd.div_f64s(one, s[u]));
-        for u in 0..U {
-            first[t + u] = simd.mul_f64s(first[t + u], scale[u]);
-        }
-        for col in rest.iter_mut() {
+        if outs.is_empty() {
             for u in 0..U {
-                col[t + u] = simd.mul_f64s(col[t + u], scale[u]);
+                first[t + u] = simd.mul_f64s(first[t + u], scale[u]);
+            }
+            for col in rest.iter_mut() {
+                for u in 0..U {
+                    col[t + u] = simd.mul_f64s(col[t + u], scale[u]);
+                }
+            }
+        } else {
+            for u in 0..U {
+                let p = simd.mul_f64s(first[t + u], scale[u]);
+                // SAFETY: vector t + u of the rows is inside the `rows.len()` entries of each
+                // `dst` column (t + u < vectors ≤ rows.len() / lanes).
+                unsafe { simd.put_f64s(outs[0].add((t + u) * S::F64_LANES), p, stream) };
+            }
+            for (col, &out) in rest.iter().zip(&outs[1..]) {
+                for u in 0..U {
+                    let p = simd.mul_f64s(col[t + u], scale[u]);
+                    // SAFETY: as above.
+                    unsafe { simd.put_f64s(out.add((t + u) * S::F64_LANES), p, stream) };
+                }
             }
         }
         shift[t..t + U].copy_from_slice(&m);
@@ -425,10 +523,13 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
 /// general formula. Stops before the first group with a value that is not finite (NaN, ±∞),
 /// which the general path takes; returns that row, counted from `start` (the first row's).
 #[inline(always)]
+#[allow(clippy::too_many_arguments, unsafe_code)]
 fn two_class_vectors<S: VectorExp, const U: usize>(
     simd: S,
     first: &mut [S::f64s],
     second: &mut [S::f64s],
+    outs: &[*mut f64],
+    stream: bool,
     start: usize,
     shift: &mut [S::f64s],
     sums: &mut [S::f64s],
@@ -455,8 +556,18 @@ fn two_class_vectors<S: VectorExp, const U: usize>(
             let f = simd.div_f64s(one, s);
             let small = simd.mul_f64s(e, f);
             let below = simd.less_than_f64s(a[u], b[u]);
-            first[t + u] = simd.select_f64s(below, small, f);
-            second[t + u] = simd.select_f64s(below, f, small);
+            if let &[o0, o1] = outs {
+                let at = (t + u) * S::F64_LANES;
+                // SAFETY: vector t + u of the rows is inside each `dst` column's `rows.len()`
+                // entries (t + u < vectors).
+                unsafe {
+                    simd.put_f64s(o0.add(at), simd.select_f64s(below, small, f), stream);
+                    simd.put_f64s(o1.add(at), simd.select_f64s(below, f, small), stream);
+                }
+            } else {
+                first[t + u] = simd.select_f64s(below, small, f);
+                second[t + u] = simd.select_f64s(below, f, small);
+            }
             shift[t + u] = m;
             sums[t + u] = s;
         }
@@ -505,6 +616,20 @@ impl VectorExp for pulp::x86::V4 {
         let finite = self.less_than_f64s(self.abs_f64s(x), self.splat_f64s(f64::INFINITY));
         finite.0 == u8::MAX
     }
+
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn put_f64s(self, to: *mut f64, v: Self::f64s, stream: bool) {
+        // SAFETY: the caller's (`to` 64-byte aligned with `stream`); AVX-512F is enabled in
+        // this kernel's context (`self` exists only where the CPU has it).
+        unsafe {
+            if stream {
+                core::arch::x86_64::_mm512_stream_pd(to, pulp::cast(v));
+            } else {
+                to.cast::<Self::f64s>().write_unaligned(v);
+            }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -549,6 +674,20 @@ impl VectorExp for pulp::x86::V3 {
         use pulp::Simd;
         let finite = self.less_than_f64s(self.abs_f64s(x), self.splat_f64s(f64::INFINITY));
         self.avx._mm256_movemask_pd(pulp::cast(finite)) == 0b1111
+    }
+
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn put_f64s(self, to: *mut f64, v: Self::f64s, stream: bool) {
+        // SAFETY: the caller's (`to` 32-byte aligned with `stream`); AVX is enabled in this
+        // kernel's context (`self` exists only where the CPU has it).
+        unsafe {
+            if stream {
+                core::arch::x86_64::_mm256_stream_pd(to, pulp::cast(v));
+            } else {
+                to.cast::<Self::f64s>().write_unaligned(v);
+            }
+        }
     }
 }
 
@@ -727,6 +866,7 @@ mod tests {
                             isa,
                             Kernel::Softmax {
                                 columns: &mut slices,
+                                dst: None,
                                 rows: first..end,
                                 shift: &mut shift,
                                 sums: &mut sums,
@@ -762,6 +902,63 @@ mod tests {
                     // The rows it did are most of them.
                     if !matches!(isa, Isa::Scalar) && k <= SOFTMAX_MAX_COLUMNS && bad.is_none() {
                         assert!(done > first + 150, "{case}: done {done}");
+                    }
+                    if k > SOFTMAX_MAX_COLUMNS {
+                        continue;
+                    }
+                    // Written to other columns (`softmax_rows_to`), on a 64-byte boundary
+                    // (streamed) and one value past it (plain stores): the same rows done, the
+                    // same posteriors, nothing else written.
+                    let sentinel = 777.25;
+                    for offset in [0usize, 1] {
+                        let stride = end + 11;
+                        let mut storage =
+                            vec![std::mem::MaybeUninit::new(sentinel); k * stride + 16];
+                        let skew = storage.as_ptr().align_offset(64) + offset;
+                        let mut outs = [std::ptr::null_mut::<f64>(); SOFTMAX_MAX_COLUMNS];
+                        for (j, o) in outs[..k].iter_mut().enumerate() {
+                            *o = storage[skew + j * stride + first..]
+                                .as_mut_ptr()
+                                .cast::<f64>();
+                        }
+                        let mut from = original.clone();
+                        let mut slices: Vec<&mut [f64]> =
+                            from.iter_mut().map(|c| c.as_mut_slice()).collect();
+                        let (mut shift2, mut sums2) =
+                            (vec![7.0; end - first], vec![7.0; end - first]);
+                        let mut done2 = first;
+                        run_on(
+                            isa,
+                            Kernel::Softmax {
+                                columns: &mut slices,
+                                dst: Some(&outs[..k]),
+                                rows: first..end,
+                                shift: &mut shift2,
+                                sums: &mut sums2,
+                                done: &mut done2,
+                            },
+                        );
+                        store_fence();
+                        let case = format!("{case}, to other columns at offset {offset}");
+                        assert_eq!(done2, done, "{case}");
+                        for j in 0..k {
+                            let col = &storage[skew + j * stride..skew + (j + 1) * stride];
+                            for (i, v) in col.iter().enumerate() {
+                                // SAFETY: every slot started as the sentinel (initialised).
+                                #[allow(unsafe_code)]
+                                let got = unsafe { v.assume_init() };
+                                let want = if (first..done).contains(&i) {
+                                    columns[j][i]
+                                } else {
+                                    sentinel
+                                };
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{case}: row {i} col {j}"
+                                );
+                            }
+                        }
                     }
                 }
             }

@@ -376,7 +376,20 @@ pub trait GenerativeClassifier: Send + Sync {
         what: Posterior,
         check: bool,
     ) -> Result<()> {
-        log_joint_pass_then(self, x, out, what, check, |_, _| ()).map(|_| ())
+        // Nothing reads the chunks after they are written, so posteriors may be streamed out.
+        fold_scored_chunks(
+            self,
+            x,
+            Some(out),
+            what,
+            check,
+            Runs::ONE_CHUNK,
+            || (),
+            |_, _, _, _| (),
+            |_, _| {},
+            true,
+        )
+        .map(|_| ())
     }
 
     /// ln p(y = k | x_i) (n × K). Finite: a row whose joint is −∞ for every class is uniform
@@ -535,8 +548,38 @@ where
     F: Fn(&mut S, usize, MatRef<'_, f64>, MatMut<'_, f64>) -> T + Sync,
     G: Fn(&mut T, T) + Sync,
 {
+    // `then` reads each chunk: its posteriors stay in cache (no streaming).
+    fold_scored_chunks(model, x, out, what, check, shape, init, then, merge, false)
+}
+
+/// [`log_joint_pass_fold`]; with `stream` (a `then` that does not read the chunk), posteriors
+/// into `out` go by [`streams_posteriors`]' rule.
+#[allow(clippy::too_many_arguments)]
+fn fold_scored_chunks<M, S, T, N, F, G>(
+    model: &M,
+    x: MatRef<'_, f64>,
+    out: Option<MatMut<'_, f64>>,
+    what: Posterior,
+    check: bool,
+    shape: Runs,
+    init: N,
+    then: F,
+    merge: G,
+    stream: bool,
+) -> Result<Vec<T>>
+where
+    M: GenerativeClassifier + ?Sized,
+    T: Send,
+    N: Fn() -> S + Sync,
+    F: Fn(&mut S, usize, MatRef<'_, f64>, MatMut<'_, f64>) -> T + Sync,
+    G: Fn(&mut T, T) + Sync,
+{
     check_features(model, x)?;
     let k = model.n_classes();
+    let stream = stream
+        && what == Posterior::Probability
+        && out.is_some()
+        && streams_posteriors(x.nrows(), k);
     let chunks: Vec<(usize, Option<MatMut<'_, f64>>)> = match out {
         Some(out) => {
             if out.nrows() != x.nrows() || out.ncols() != k {
@@ -579,7 +622,12 @@ where
                 }
             };
             let part = density::block::with_column_major(x.subrows(r0, b), |xc| {
-                fill_laid_out_chunk(model, xc, r0, chunk.as_mut(), what, check)?;
+                match stream.then(|| written_columns(chunk.as_mut())).flatten() {
+                    Some(mut columns) => {
+                        score_then_stream(model, xc, r0, &mut columns, check)?;
+                    }
+                    None => fill_laid_out_chunk(model, xc, r0, chunk.as_mut(), what, check)?,
+                }
                 Ok::<T, GenerativeError>(then(state, c, xc, chunk))
             })?;
             match folded.as_mut() {
@@ -619,8 +667,17 @@ fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
     what: Posterior,
     formula: Option<&ScoreFormula<'_>>,
 ) -> Result<()> {
+    let streamed =
+        what == Posterior::Probability && streams_posteriors(x.nrows(), model.n_classes());
     // Rows of another layout are copied column-major first (see `with_column_major`).
     density::block::with_column_major(x.subrows(r0, fresh.nrows()), |xc| {
+        if streamed && let Some(mut columns) = fresh.columns() {
+            score_then_stream(model, xc, r0, &mut columns, true)?;
+            drop(columns);
+            // SAFETY: `score_then_stream` returned Ok, so it wrote every entry of every column.
+            unsafe { fresh.assume_written() };
+            return Ok(());
+        }
         // Only where the scores are what checks the input: otherwise the input is checked
         // before they are written.
         if let Some(formula) = formula.filter(|_| model.scores_reveal_bad_input())
@@ -690,6 +747,151 @@ fn finish_scored_chunk<M: GenerativeClassifier + ?Sized>(
         normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
     }
     Ok(())
+}
+
+/// Outputs from this many bytes on take their posteriors by non-temporal stores (where
+/// [`streams_posteriors`] allows): smaller ones may be read again while still in cache.
+const STREAMED_OUTPUT_BYTES: usize = 16 << 20;
+
+/// Whether a prediction of `rows × k` posteriors writes them by non-temporal stores
+/// ([`score_then_stream`]): from [`STREAMED_OUTPUT_BYTES`] on, 2 to
+/// [`density::exp::SOFTMAX_MAX_COLUMNS`] classes, on Intel CPUs.
+///
+/// Why Intel only: on the Xeon of the seventy-ninth round, two threads wrote 80 MB into a reused
+/// buffer in 4.4 ms with plain stores and 2.35 ms with non-temporal ones, and `predict_proba`
+/// at d = 2, K = 10 took 6.5–6.7 ms streamed against 7.8–8.4 ms. On the Zen 5 EPYC of the
+/// seventy-third round the same streaming from the fused pass was 10–24% slower into a kept
+/// output (BENCHMARKS.md): AMD's plain stores to memory did not pay for their reads there.
+fn streams_posteriors(rows: usize, k: usize) -> bool {
+    match STREAM_POSTERIORS.load(std::sync::atomic::Ordering::Relaxed) {
+        STREAM_ALWAYS => return (2..=density::exp::SOFTMAX_MAX_COLUMNS).contains(&k),
+        STREAM_NEVER => return false,
+        _ => {}
+    }
+    (2..=density::exp::SOFTMAX_MAX_COLUMNS).contains(&k)
+        && rows.saturating_mul(k).saturating_mul(8) >= STREAMED_OUTPUT_BYTES
+        && cpu_is_intel()
+}
+
+/// [`streams_posteriors`] by its rule (0), always (every size and CPU), or never.
+static STREAM_POSTERIORS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+const STREAM_BY_RULE: u8 = 0;
+const STREAM_ALWAYS: u8 = 1;
+const STREAM_NEVER: u8 = 2;
+
+/// Overrides whether predictions write their posteriors by non-temporal stores: `Some(true)`
+/// for every output of 2 to 32 classes on any CPU, `Some(false)` for none, `None` by the rule
+/// (large outputs on Intel CPUs). Both ways give the same bits; this is for tests that cover
+/// both paths and for timing one against the other (`xtask profile`, `PROFILE_STREAM`).
+#[doc(hidden)]
+pub fn force_posterior_streaming(mode: Option<bool>) {
+    let mode = match mode {
+        None => STREAM_BY_RULE,
+        Some(true) => STREAM_ALWAYS,
+        Some(false) => STREAM_NEVER,
+    };
+    STREAM_POSTERIORS.store(mode, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the CPU's vendor is Intel (CPUID leaf 0), read once.
+fn cpu_is_intel() -> bool {
+    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INTEL.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let id = std::arch::x86_64::__cpuid(0);
+            (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// The columns of a written chunk as slices for [`score_then_stream`], when each is contiguous.
+#[allow(unsafe_code)]
+fn written_columns(mut chunk: MatMut<'_, f64>) -> Option<Vec<&mut [std::mem::MaybeUninit<f64>]>> {
+    let rows = chunk.nrows();
+    (0..chunk.ncols())
+        .map(|j| {
+            let col = chunk.as_mut().col_mut(j);
+            (col.row_stride() == 1 || rows <= 1).then(|| {
+                // SAFETY: `rows` contiguous, written `f64`s of the chunk, one column per slice
+                // (disjoint), borrowed from `chunk` for the slices' lifetime. `MaybeUninit<f64>`
+                // has `f64`'s layout, and only `f64` values are written through the slices.
+                unsafe {
+                    std::slice::from_raw_parts_mut(
+                        col.as_ptr_mut().cast::<std::mem::MaybeUninit<f64>>(),
+                        rows,
+                    )
+                }
+            })
+        })
+        .collect()
+}
+
+std::thread_local! {
+    /// [`score_then_stream`]'s scores, per thread, kept from chunk to chunk.
+    static STREAMED_SCORES: std::cell::RefCell<Mat<f64>> = const { std::cell::RefCell::new(Mat::new()) };
+}
+
+/// Posteriors of the rows `xc` (rows `r0 ..` of the input, checked with `check`) written to
+/// `columns` (one per class, as many rows as `xc`): the scores go to a buffer of the worker's,
+/// in cache, and [`density::exp::softmax_rows_to`] writes the posteriors out by non-temporal
+/// stores; rows it leaves (a non-finite largest score, the last rows) are normalised in the
+/// buffer and copied. The bits of [`fill_laid_out_chunk`] with [`Posterior::Probability`].
+/// On `Ok`, every entry of every column is written.
+fn score_then_stream<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    xc: MatRef<'_, f64>,
+    r0: usize,
+    columns: &mut [&mut [std::mem::MaybeUninit<f64>]],
+    check: bool,
+) -> Result<()> {
+    let (b, k) = (xc.nrows(), model.n_classes());
+    STREAMED_SCORES.with_borrow_mut(|own| {
+        if own.nrows() < b || own.ncols() != k {
+            *own = Mat::zeros(b.max(CHUNK_ROWS), k);
+        }
+        let mut scores = own.as_mut().subrows_mut(0, b);
+        fill_laid_out_chunk(model, xc, r0, scores.as_mut(), Posterior::Scores, check)?;
+        normalize_to(scores, columns);
+        Ok(())
+    })
+}
+
+/// The posteriors of `scores` (as [`normalize_chunk`] gives them) written to `columns` (one per
+/// column of `scores`, as many rows), every entry: by [`density::exp::softmax_rows_to`] (the
+/// exponentials left in `scores`), then the rows it leaves normalised in `scores` and copied.
+fn normalize_to(mut scores: MatMut<'_, f64>, columns: &mut [&mut [std::mem::MaybeUninit<f64>]]) {
+    let (b, k) = (scores.nrows(), scores.ncols());
+    debug_assert!(columns.len() == k && columns.iter().all(|c| c.len() == b));
+    let mut r = 0;
+    if k >= 2
+        && let Some(mut from) = softmax_columns(scores.as_mut())
+    {
+        let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
+        let mut sum = [0.0; NORMALIZE_BLOCK];
+        while r < b {
+            let len = NORMALIZE_BLOCK.min(b - r);
+            let (max, sum) = (&mut max[..len], &mut sum[..len]);
+            let end = r + len;
+            r = density::exp::softmax_rows_to(&mut from[..k], columns, r..end, max, sum);
+            if r < end {
+                break;
+            }
+        }
+    }
+    density::exp::store_fence();
+    if r < b {
+        // Each row's arithmetic does not depend on the block it is normalised in.
+        let mut rest = scores.subrows_mut(r, b - r);
+        normalize_chunk(rest.as_mut(), true, None);
+        for (j, col) in columns.iter_mut().enumerate() {
+            for (i, slot) in col[r..b].iter_mut().enumerate() {
+                slot.write(rest[(i, j)]);
+            }
+        }
+    }
 }
 
 /// Scales of the rows that [`rescore_far_rows`] tries, as powers of two: each step divides the
@@ -1504,6 +1706,87 @@ mod tests {
                 );
             }
             assert!(!two[(i, 0)].is_nan() && (two[(i, 0)] + two[(i, 1)] - 1.0).abs() < 1e-15);
+        }
+    }
+
+    /// Posteriors written to another buffer (`normalize_to`: streamed where its columns are
+    /// 64-byte aligned, plain stores where not) have `normalize_chunk`'s bits in every entry,
+    /// including the rows the streamed kernel leaves (a non-finite maximum mid-chunk, the rows
+    /// past its last group), and nothing outside the columns' rows is written.
+    #[test]
+    fn streamed_posteriors_have_normalize_chunks_bits() {
+        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        // Rows past the last group of four whole vectors, and rows of a non-finite maximum
+        // (which stop the streamed kernel mid-chunk), take the copy of the general path.
+        let n = 3 * NORMALIZE_BLOCK + 45;
+        let sentinel = 4242.5;
+        for k in [2usize, 3, 4, 10, 17, 32] {
+            let mut state = 11u64 + k as u64;
+            let mut next = move || {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (state >> 11) as f64 / (1u64 << 53) as f64
+            };
+            let mut values = Mat::from_fn(n, k, |_, _| (next() - 0.5) * 60.0);
+            // The first block is finite: two classes stream only up to a value that is not.
+            for i in 0..n {
+                match i % 37 {
+                    5 if i > NORMALIZE_BLOCK => values[(i, (i + 1) % k)] = f64::NEG_INFINITY,
+                    9 => values[(i, 1)] = 1e300,
+                    13 => values[(i, 1)] = -745.5,
+                    _ => {}
+                }
+            }
+            let mut special = values.clone();
+            for (i, kind) in [
+                (NORMALIZE_BLOCK + 60, 0),
+                (2 * NORMALIZE_BLOCK + 3, 1),
+                (n - 2, 2),
+            ] {
+                for j in 0..k {
+                    special[(i, j)] = match kind {
+                        0 => f64::NEG_INFINITY,
+                        1 if j == k / 2 => inf,
+                        1 => 0.5,
+                        _ => nan,
+                    };
+                }
+            }
+            for (scores, with_special) in [(values, false), (special, true)] {
+                let mut want = scores.clone();
+                normalize_chunk(want.as_mut(), true, None);
+                // Destinations on a 64-byte boundary (streamed) and one value past it (plain).
+                for offset in [0usize, 1] {
+                    let stride = n + 16;
+                    let mut storage = vec![std::mem::MaybeUninit::new(sentinel); k * stride + 8];
+                    let skew = storage.as_ptr().align_offset(64) + offset;
+                    let mut columns: Vec<&mut [std::mem::MaybeUninit<f64>]> = storage[skew..]
+                        .chunks_mut(stride)
+                        .take(k)
+                        .map(|c| &mut c[..n])
+                        .collect();
+                    let mut from = scores.clone();
+                    normalize_to(from.as_mut(), &mut columns);
+                    let case = format!("K = {k}, special {with_special}, offset {offset}");
+                    for (j, col) in columns.iter().enumerate() {
+                        for (i, v) in col.iter().enumerate() {
+                            // SAFETY: every slot started as the sentinel (initialised).
+                            #[allow(unsafe_code)]
+                            let got = unsafe { v.assume_init() };
+                            assert_eq!(got.to_bits(), want[(i, j)].to_bits(), "{case} ({i}, {j})");
+                        }
+                    }
+                    // Nothing past the columns' rows was written.
+                    for c in storage[skew..].chunks(stride).take(k) {
+                        for v in &c[n..] {
+                            #[allow(unsafe_code)]
+                            let v = unsafe { v.assume_init() };
+                            assert_eq!(v, sentinel, "{case}: past the rows");
+                        }
+                    }
+                }
+            }
         }
     }
 

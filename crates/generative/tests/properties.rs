@@ -1495,7 +1495,8 @@ fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
 /// at 0.5, the marking pass; NaN, found from the scores) are covered; so are chunk tails of
 /// every length modulo the vector width, both layouts, many columns (the diagonal kernel's
 /// groups, QDA's blocks), and K past the streamed linear kernel's 10 classes (zeroed and filled by faer's
-/// product).
+/// product). Posteriors written by non-temporal stores from a worker's buffer
+/// (`force_posterior_streaming`) must have the same bits, and name the same bad values.
 #[test]
 fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
     let n = 2 * parallel::CHUNK_ROWS + 13;
@@ -1559,6 +1560,7 @@ fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
                         model::Posterior::LogProbability,
                         model::Posterior::Probability,
                     ] {
+                        model::force_posterior_streaming(Some(false));
                         let fresh = if what == model::Posterior::Probability {
                             m.predict_proba(view).unwrap()
                         } else {
@@ -1566,6 +1568,29 @@ fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
                         };
                         let mut given = Mat::<f64>::from_fn(rows, k, |_, _| sentinel);
                         m.log_joint_into(view, given.as_mut(), what).unwrap();
+                        if what == model::Posterior::Probability {
+                            // Posteriors written by non-temporal stores from a worker's buffer
+                            // (on Intel CPUs, for large outputs): the same bits, every value.
+                            model::force_posterior_streaming(Some(true));
+                            let streamed = m.predict_proba(view).unwrap();
+                            let mut streamed_given = Mat::<f64>::from_fn(rows, k, |_, _| sentinel);
+                            m.log_joint_into(view, streamed_given.as_mut(), what)
+                                .unwrap();
+                            model::force_posterior_streaming(None);
+                            for i in 0..rows {
+                                for c in 0..k {
+                                    let want = fresh[(i, c)].to_bits();
+                                    let at =
+                                        format!("{name}, K {k}, {rows} rows, {layout}, ({i}, {c})");
+                                    assert_eq!(streamed[(i, c)].to_bits(), want, "{at}: streamed");
+                                    assert_eq!(
+                                        streamed_given[(i, c)].to_bits(),
+                                        want,
+                                        "{at}: streamed into"
+                                    );
+                                }
+                            }
+                        }
                         for i in 0..rows {
                             for c in 0..k {
                                 assert_eq!(
@@ -1586,24 +1611,28 @@ fn fresh_and_given_outputs_get_the_same_bits_of_formula_scores() {
                 }
             }
         }
-        // A NaN is named from Gaussian NB's scores in the fresh output.
-        let mut bad = x.clone();
-        bad[(parallel::CHUNK_ROWS - 1, 2)] = f64::NAN;
-        match gnb.predict_proba(bad.as_ref()) {
-            Err(GenerativeError::NonFiniteInput { row, col, .. }) => {
-                assert_eq!((row, col), (parallel::CHUNK_ROWS - 1, 2), "K {k}");
+        for streaming in [false, true] {
+            model::force_posterior_streaming(Some(streaming));
+            // A NaN is named from Gaussian NB's scores in the fresh output.
+            let mut bad = x.clone();
+            bad[(parallel::CHUNK_ROWS - 1, 2)] = f64::NAN;
+            match gnb.predict_proba(bad.as_ref()) {
+                Err(GenerativeError::NonFiniteInput { row, col, .. }) => {
+                    assert_eq!((row, col), (parallel::CHUNK_ROWS - 1, 2), "K {k}");
+                }
+                other => panic!("K {k}, streaming {streaming}: {other:?}"),
             }
-            other => panic!("K {k}: {other:?}"),
-        }
-        // A value the binary model rejects is named from the fresh output's scores.
-        let mut bad = binary.clone();
-        bad[(parallel::CHUNK_ROWS + 3, 1)] = 0.5;
-        match bnb.predict_proba(bad.as_ref()) {
-            Err(GenerativeError::InvalidInput { row, col, .. }) => {
-                assert_eq!((row, col), (parallel::CHUNK_ROWS + 3, 1), "K {k}");
+            // A value the binary model rejects is named from the fresh output's scores.
+            let mut bad = binary.clone();
+            bad[(parallel::CHUNK_ROWS + 3, 1)] = 0.5;
+            match bnb.predict_proba(bad.as_ref()) {
+                Err(GenerativeError::InvalidInput { row, col, .. }) => {
+                    assert_eq!((row, col), (parallel::CHUNK_ROWS + 3, 1), "K {k}");
+                }
+                other => panic!("K {k}, streaming {streaming}: {other:?}"),
             }
-            other => panic!("K {k}: {other:?}"),
         }
+        model::force_posterior_streaming(None);
     }
 }
 
