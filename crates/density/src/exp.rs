@@ -153,13 +153,7 @@ pub fn softmax_rows(
     sums: &mut [f64],
 ) -> usize {
     let mut done = rows.start;
-    let k = columns.len();
-    let fits = (1..=SOFTMAX_MAX_COLUMNS).contains(&k)
-        && rows.start <= rows.end
-        && columns.iter().all(|c| c.len() >= rows.end)
-        && shift.len() >= rows.len()
-        && sums.len() >= rows.len();
-    if fits {
+    if softmax_arguments_fit(columns, &rows, shift, sums) {
         run(Kernel::Softmax {
             columns,
             dst: None,
@@ -170,6 +164,21 @@ pub fn softmax_rows(
         });
     }
     done
+}
+
+/// Whether [`softmax_rows`]' kernel takes these arguments: 1 to [`SOFTMAX_MAX_COLUMNS`] columns
+/// holding the rows, and room for each row's shift and sum.
+fn softmax_arguments_fit(
+    columns: &[&mut [f64]],
+    rows: &std::ops::Range<usize>,
+    shift: &[f64],
+    sums: &[f64],
+) -> bool {
+    (1..=SOFTMAX_MAX_COLUMNS).contains(&columns.len())
+        && rows.start <= rows.end
+        && columns.iter().all(|c| c.len() >= rows.end)
+        && shift.len() >= rows.len()
+        && sums.len() >= rows.len()
 }
 
 /// [`softmax_rows`] with the posteriors written to `dst` (one column per column of
@@ -193,14 +202,10 @@ pub fn softmax_rows_to(
 ) -> usize {
     let mut done = rows.start;
     let k = columns.len();
-    let fits = (1..=SOFTMAX_MAX_COLUMNS).contains(&k)
+    if softmax_arguments_fit(columns, &rows, shift, sums)
         && dst.len() == k
-        && rows.start <= rows.end
-        && columns.iter().all(|c| c.len() >= rows.end)
         && dst.iter().all(|c| c.len() >= rows.end)
-        && shift.len() >= rows.len()
-        && sums.len() >= rows.len();
-    if fits {
+    {
         let mut outs = [std::ptr::null_mut::<f64>(); SOFTMAX_MAX_COLUMNS];
         for (o, col) in outs.iter_mut().zip(dst.iter_mut()) {
             // Row `rows.start` of the column: `rows.end ≤ col.len()`, checked above.
@@ -354,10 +359,21 @@ trait VectorExp: pulp::Simd {
     #[inline(always)]
     #[allow(unsafe_code)]
     unsafe fn put_f64s(self, to: *mut f64, v: Self::f64s, stream: bool) {
-        let _ = stream;
         // SAFETY: the caller's.
-        unsafe { to.cast::<Self::f64s>().write_unaligned(v) };
+        unsafe {
+            if stream {
+                self.stream_f64s(to, v);
+            } else {
+                to.cast::<Self::f64s>().write_unaligned(v);
+            }
+        }
     }
+    /// Writes `v` at `to` by a non-temporal store.
+    ///
+    /// # Safety
+    /// `to` is valid for writes of one vector and aligned to the vector's size.
+    #[allow(unsafe_code)]
+    unsafe fn stream_f64s(self, to: *mut f64, v: Self::f64s);
 }
 
 /// The kernels on whole vectors of `S`, the rest with the scalar formula.
@@ -619,16 +635,10 @@ impl VectorExp for pulp::x86::V4 {
 
     #[inline(always)]
     #[allow(unsafe_code)]
-    unsafe fn put_f64s(self, to: *mut f64, v: Self::f64s, stream: bool) {
-        // SAFETY: the caller's (`to` 64-byte aligned with `stream`); AVX-512F is enabled in
-        // this kernel's context (`self` exists only where the CPU has it).
-        unsafe {
-            if stream {
-                core::arch::x86_64::_mm512_stream_pd(to, pulp::cast(v));
-            } else {
-                to.cast::<Self::f64s>().write_unaligned(v);
-            }
-        }
+    unsafe fn stream_f64s(self, to: *mut f64, v: Self::f64s) {
+        // SAFETY: the caller's (`to` 64-byte aligned); AVX-512F is enabled in this kernel's
+        // context (`self` exists only where the CPU has it).
+        unsafe { core::arch::x86_64::_mm512_stream_pd(to, pulp::cast(v)) };
     }
 }
 
@@ -678,16 +688,10 @@ impl VectorExp for pulp::x86::V3 {
 
     #[inline(always)]
     #[allow(unsafe_code)]
-    unsafe fn put_f64s(self, to: *mut f64, v: Self::f64s, stream: bool) {
-        // SAFETY: the caller's (`to` 32-byte aligned with `stream`); AVX is enabled in this
-        // kernel's context (`self` exists only where the CPU has it).
-        unsafe {
-            if stream {
-                core::arch::x86_64::_mm256_stream_pd(to, pulp::cast(v));
-            } else {
-                to.cast::<Self::f64s>().write_unaligned(v);
-            }
-        }
+    unsafe fn stream_f64s(self, to: *mut f64, v: Self::f64s) {
+        // SAFETY: the caller's (`to` 32-byte aligned); AVX is enabled in this kernel's context
+        // (`self` exists only where the CPU has it).
+        unsafe { core::arch::x86_64::_mm256_stream_pd(to, pulp::cast(v)) };
     }
 }
 

@@ -1709,26 +1709,49 @@ mod tests {
         }
     }
 
+    /// An n × k matrix of scores uniform in [−30, 30), from a fixed linear congruential
+    /// sequence started at `seed + k`.
+    fn random_scores(n: usize, k: usize, seed: u64) -> Mat<f64> {
+        let mut state = seed + k as u64;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        Mat::from_fn(n, k, |_, _| (next() - 0.5) * 60.0)
+    }
+
+    /// `scores` with rows of a non-finite maximum: for each `(row, kind)`, all −∞ (kind 0),
+    /// one +∞ among 0.5s (1), or all NaN (2).
+    fn with_non_finite_maxima(scores: &Mat<f64>, rows: &[(usize, u8)]) -> Mat<f64> {
+        let mut special = scores.clone();
+        let k = scores.ncols();
+        for &(i, kind) in rows {
+            for j in 0..k {
+                special[(i, j)] = match kind {
+                    0 => f64::NEG_INFINITY,
+                    1 if j == k / 2 => f64::INFINITY,
+                    1 => 0.5,
+                    _ => f64::NAN,
+                };
+            }
+        }
+        special
+    }
+
     /// Posteriors written to another buffer (`normalize_to`: streamed where its columns are
     /// 64-byte aligned, plain stores where not) have `normalize_chunk`'s bits in every entry,
     /// including the rows the streamed kernel leaves (a non-finite maximum mid-chunk, the rows
     /// past its last group), and nothing outside the columns' rows is written.
     #[test]
     fn streamed_posteriors_have_normalize_chunks_bits() {
-        let (inf, nan) = (f64::INFINITY, f64::NAN);
         // Rows past the last group of four whole vectors, and rows of a non-finite maximum
         // (which stop the streamed kernel mid-chunk), take the copy of the general path.
         let n = 3 * NORMALIZE_BLOCK + 45;
         let sentinel = 4242.5;
         for k in [2usize, 3, 4, 10, 17, 32] {
-            let mut state = 11u64 + k as u64;
-            let mut next = move || {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (state >> 11) as f64 / (1u64 << 53) as f64
-            };
-            let mut values = Mat::from_fn(n, k, |_, _| (next() - 0.5) * 60.0);
+            let mut values = random_scores(n, k, 11);
             // The first block is finite: two classes stream only up to a value that is not.
             for i in 0..n {
                 match i % 37 {
@@ -1738,21 +1761,14 @@ mod tests {
                     _ => {}
                 }
             }
-            let mut special = values.clone();
-            for (i, kind) in [
-                (NORMALIZE_BLOCK + 60, 0),
-                (2 * NORMALIZE_BLOCK + 3, 1),
-                (n - 2, 2),
-            ] {
-                for j in 0..k {
-                    special[(i, j)] = match kind {
-                        0 => f64::NEG_INFINITY,
-                        1 if j == k / 2 => inf,
-                        1 => 0.5,
-                        _ => nan,
-                    };
-                }
-            }
+            let special = with_non_finite_maxima(
+                &values,
+                &[
+                    (NORMALIZE_BLOCK + 60, 0),
+                    (2 * NORMALIZE_BLOCK + 3, 1),
+                    (n - 2, 2),
+                ],
+            );
             for (scores, with_special) in [(values, false), (special, true)] {
                 let mut want = scores.clone();
                 normalize_chunk(want.as_mut(), true, None);
@@ -1798,18 +1814,11 @@ mod tests {
     /// pass in mid-block.
     #[test]
     fn fused_posteriors_have_the_general_paths_bits() {
-        let (inf, nan) = (f64::INFINITY, f64::NAN);
+        let nan = f64::NAN;
         // The last block's rows past its last four whole vectors take the general path.
         let n = 3 * NORMALIZE_BLOCK + 45;
         for k in [2usize, 3, 4, 5, 10, 17, 32, 33] {
-            let mut state = 7u64 + k as u64;
-            let mut next = move || {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                (state >> 11) as f64 / (1u64 << 53) as f64
-            };
-            let mut finite = Mat::from_fn(n, k, |_, _| (next() - 0.5) * 60.0);
+            let mut finite = random_scores(n, k, 7);
             for i in 0..n {
                 match i % 41 {
                     3 => finite[(i, i % k)] = nan,
@@ -1824,22 +1833,15 @@ mod tests {
             // Then rows of a non-finite maximum: all −∞, one +∞, and all NaN; in the first
             // block's middle, at the second's start, mid-vector in the third, and in the last
             // rows. Their normalisers make the sum +∞, so the sum is compared without them.
-            let mut special = finite.clone();
-            for (i, kind) in [
-                (60, 0),
-                (NORMALIZE_BLOCK, 1),
-                (2 * NORMALIZE_BLOCK + 35, 2),
-                (n - 2, 1),
-            ] {
-                for j in 0..k {
-                    special[(i, j)] = match kind {
-                        0 => f64::NEG_INFINITY,
-                        1 if j == k / 2 => inf,
-                        1 => 0.5,
-                        _ => nan,
-                    };
-                }
-            }
+            let special = with_non_finite_maxima(
+                &finite,
+                &[
+                    (60, 0),
+                    (NORMALIZE_BLOCK, 1),
+                    (2 * NORMALIZE_BLOCK + 35, 2),
+                    (n - 2, 1),
+                ],
+            );
             for (values, with_special) in [(finite, false), (special, true)] {
                 for probability in [false, true] {
                     let mut fused = values.clone();
