@@ -622,8 +622,14 @@ where
                 }
             };
             let part = density::block::with_column_major(x.subrows(r0, b), |xc| {
-                match stream.then(|| written_columns(chunk.as_mut())).flatten() {
-                    Some(mut columns) => {
+                match stream
+                    .then(|| density::block::contiguous_columns_mut(chunk.as_mut()))
+                    .flatten()
+                {
+                    Some(columns) => {
+                        // SAFETY: `score_then_stream` writes only values into the columns.
+                        #[allow(unsafe_code)]
+                        let mut columns = unsafe { density::block::as_unwritten_columns(columns) };
                         score_then_stream(model, xc, r0, &mut columns, check)?;
                     }
                     None => fill_laid_out_chunk(model, xc, r0, chunk.as_mut(), what, check)?,
@@ -805,28 +811,6 @@ fn cpu_is_intel() -> bool {
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
-}
-
-/// The columns of a written chunk as slices for [`score_then_stream`], when each is contiguous.
-#[allow(unsafe_code)]
-fn written_columns(mut chunk: MatMut<'_, f64>) -> Option<Vec<&mut [std::mem::MaybeUninit<f64>]>> {
-    let rows = chunk.nrows();
-    (0..chunk.ncols())
-        .map(|j| {
-            let col = chunk.as_mut().col_mut(j);
-            (col.row_stride() == 1 || rows <= 1).then(|| {
-                // SAFETY: `rows` contiguous, written `f64`s of the chunk, one column per slice
-                // (disjoint), borrowed from `chunk` for the slices' lifetime. `MaybeUninit<f64>`
-                // has `f64`'s layout, and only `f64` values are written through the slices.
-                unsafe {
-                    std::slice::from_raw_parts_mut(
-                        col.as_ptr_mut().cast::<std::mem::MaybeUninit<f64>>(),
-                        rows,
-                    )
-                }
-            })
-        })
-        .collect()
 }
 
 std::thread_local! {
