@@ -90,7 +90,7 @@ pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
 /// (nothing when `at` is past the end, or off x86-64): for a pass that knows what it reads
 /// next, so that reading it from memory overlaps the arithmetic on what is already in cache.
 #[inline(always)]
-pub fn prefetch(values: &[f64], at: usize) {
+pub fn prefetch<T>(values: &[T], at: usize) {
     #[cfg(target_arch = "x86_64")]
     if let Some(v) = values.get(at) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -104,6 +104,73 @@ pub fn prefetch(values: &[f64], at: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (values, at);
+}
+
+/// What a pass over rows in cache asks for from memory as it goes: `columns` (and `labels`),
+/// read at the pass's pace, one cache line of each per eight rows the pass steps over
+/// ([`RowsAhead::ask`]). The next block of a chunk's columns, or the chunk a worker reads next
+/// with its labels ([`RowsAhead::share`] cuts it between several passes).
+///
+/// Why: a core reads from memory only as fast as it has lines in flight (on the Intel Xeon
+/// about 15 GB/s, half the two cores' rate), and a fit's passes over a chunk in cache ask for
+/// nothing, so the next chunk's first read waited for them and they for it. Asked for during
+/// them, at d = 2 the labeled fits of 10 classes took a fifth less time (BENCHMARKS.md,
+/// eightieth round).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RowsAhead<'a> {
+    columns: &'a [&'a [f64]],
+    labels: &'a [usize],
+}
+
+impl<'a> RowsAhead<'a> {
+    /// Nothing to ask for.
+    pub const NONE: RowsAhead<'static> = RowsAhead {
+        columns: &[],
+        labels: &[],
+    };
+
+    /// `columns` and `labels` (row i of each at the pass's row i).
+    pub fn new(columns: &'a [&'a [f64]], labels: &'a [usize]) -> Self {
+        Self { columns, labels }
+    }
+
+    /// Share `part` of `parts` (`part` < `parts`): an equal share of the columns, and the
+    /// labels with the last share, for one of `parts` passes over the same rows.
+    pub fn share(self, part: usize, parts: usize) -> Self {
+        let d = self.columns.len();
+        let parts = parts.max(1);
+        let (start, end) = (part * d / parts, (part + 1) * d / parts);
+        Self {
+            columns: self.columns.get(start..end).unwrap_or(&[]),
+            labels: if part + 1 == parts { self.labels } else { &[] },
+        }
+    }
+
+    /// Whether there is nothing to ask for.
+    pub fn is_empty(&self) -> bool {
+        self.columns.is_empty() && self.labels.is_empty()
+    }
+
+    /// Asks for the line of each column and of the labels that holds row `row` (a pass calls
+    /// it once per eight rows, at rows that are multiples of 8).
+    #[inline(always)]
+    pub fn ask(&self, row: usize) {
+        for column in self.columns {
+            prefetch(column, row);
+        }
+        prefetch(self.labels, row);
+    }
+}
+
+/// `f` with something to read ahead for a pass over `n` rows: two columns and labels of other
+/// lengths than `n` (past their ends, [`RowsAhead::ask`] asks for nothing), for tests that a
+/// pass's results do not depend on what it reads ahead.
+#[cfg(test)]
+pub(crate) fn with_some_ahead<R>(n: usize, f: impl FnOnce(RowsAhead<'_>) -> R) -> R {
+    let (a, b) = (vec![1.5; n + 9], vec![-2.0; n / 2]);
+    let labels = vec![3usize; n.saturating_sub(1)];
+    let columns = [&a[..], &b[..]];
+    f(RowsAhead::new(&columns, &labels))
 }
 
 /// Asks for share `part` of `parts` of the cache lines (one per 8 values) of `rows` of each of

@@ -9,6 +9,7 @@
 //! separately (no fused multiply-add), so every instruction set gives the same bits, and the
 //! result never depends on the thread count.
 
+use crate::block::RowsAhead;
 use faer::{MatMut, MatRef};
 use pulp::Simd;
 
@@ -507,7 +508,7 @@ pub fn grouped_sums_by_rows_and_counts(
         for j0 in (0..d).step_by(8) {
             let block = &columns[j0..(j0 + 8).min(d)];
             let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
-            kernel.pass::<false>(block, groups, &mut acc, &[], next);
+            kernel.pass::<false>(block, groups, &mut acc, &[], RowsAhead::new(next, &[]));
             // The block's values again, from L2, for the count check.
             negative |= any_below_zero(block);
             for g in 0..k {
@@ -1233,12 +1234,15 @@ fn count_pass<S: Simd, const W: usize>(
 /// K. Each eight-column block takes its sums, then its squares, while it is in L2. With AVX2
 /// alone, four rows of four columns are transposed at a time (`ByRows`); without AVX2, or
 /// with columns that are not contiguous, the same sums one value at a time: the same bits.
+/// The last block's squares ask for `ahead` from memory as they go (each block before it asks
+/// for the next block's columns); what is asked for never changes a result.
 pub fn grouped_moments_by_rows(
     x: MatRef<'_, f64>,
     groups: &[usize],
     counts: &[usize],
     means: &mut [f64],
     squares: &mut [f64],
+    ahead: RowsAhead<'_>,
 ) {
     let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), counts.len());
     debug_assert_eq!(means.len(), k * d);
@@ -1248,7 +1252,7 @@ pub fn grouped_moments_by_rows(
     if let Some(kernel) = ByRows::new()
         && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
     {
-        return moments_by_row_blocks(kernel, &columns, groups, counts, means, squares);
+        return moments_by_row_blocks(kernel, &columns, groups, counts, means, squares, ahead);
     }
     group_means_one_by_one(x, groups, counts, means);
     squares.fill(0.0);
@@ -1267,7 +1271,7 @@ pub fn grouped_moments_by_rows(
 /// [`grouped_moments_by_rows`]: the sums, then each row's deviations from its group's mean,
 /// their squares and their product in one pass. S₁₁ and S₂₂ are the bits
 /// `grouped_moments_by_rows` gives; every sum is in row order. `counts` as there. Groups at or
-/// past `counts.len()` are skipped.
+/// past `counts.len()` are skipped. The second pass asks for `ahead` from memory as it goes.
 ///
 /// Why: a labeled full-covariance fit of many classes at d = 2 otherwise groups the rows by
 /// class and copies them by index before a scatter per class, and the grouping alone, K passes
@@ -1278,6 +1282,7 @@ pub fn grouped_pair_moments_by_rows(
     counts: &[usize],
     means: &mut [f64],
     lower: &mut [f64],
+    ahead: RowsAhead<'_>,
 ) {
     let (n, k) = (x.nrows().min(groups.len()), counts.len());
     debug_assert_eq!(x.ncols(), 2);
@@ -1289,7 +1294,7 @@ pub fn grouped_pair_moments_by_rows(
         && x.ncols() == 2
         && let Some(columns) = crate::block::contiguous_columns(x, 0..2)
     {
-        return pair_moments_with(kernel, &columns, groups, counts, means, lower);
+        return pair_moments_with(kernel, &columns, groups, counts, means, lower, ahead);
     }
     group_means_one_by_one(x, groups, counts, means);
     lower.fill(0.0);
@@ -1346,7 +1351,7 @@ fn block_means(
     centre: &mut [f64],
     mut mean: impl FnMut(usize, usize, f64),
 ) {
-    kernel.pass::<false>(block, groups, acc, &[], &[]);
+    kernel.pass::<false>(block, groups, acc, &[], RowsAhead::NONE);
     for (g, &count) in counts.iter().enumerate() {
         for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
             let value = group_mean(sum, count);
@@ -1365,6 +1370,7 @@ fn pair_moments_with(
     counts: &[usize],
     means: &mut [f64],
     lower: &mut [f64],
+    ahead: RowsAhead<'_>,
 ) {
     let k = counts.len();
     let (mut acc, mut centre) = (vec![0.0; k * 8], vec![0.0; k * 8]);
@@ -1379,7 +1385,7 @@ fn pair_moments_with(
             means[g * 2 + c] = mean;
         },
     );
-    kernel.pair_products(columns, groups, &mut acc, &centre);
+    kernel.pair_products(columns, groups, &mut acc, &centre, ahead);
     for g in 0..k {
         let slots = &acc[g * 8..][..3];
         lower[g * 3..][..3].copy_from_slice(&[slots[0], slots[2], slots[1]]);
@@ -1395,6 +1401,7 @@ fn moments_by_row_blocks(
     counts: &[usize],
     means: &mut [f64],
     squares: &mut [f64],
+    ahead: RowsAhead<'_>,
 ) {
     let (d, k) = (columns.len(), counts.len());
     let (mut acc, mut centre) = (vec![0.0; k * 8], vec![0.0; k * 8]);
@@ -1403,7 +1410,10 @@ fn moments_by_row_blocks(
         // The squares' pass (from L2) asks for the next block from memory: `profile gnb-fit
         // 64 10`, medians of 15, five alternated pairs, without → with: 0.0297, 0.0308,
         // 0.0327, 0.0293, 0.0305 → 0.0279, 0.0344, 0.0275, 0.0263, 0.0244 s.
-        let next = &columns[(j0 + 8).min(d)..(j0 + 16).min(d)];
+        let next = match &columns[(j0 + 8).min(d)..(j0 + 16).min(d)] {
+            [] => ahead,
+            next => RowsAhead::new(next, &[]),
+        };
         block_means(
             kernel,
             block,
@@ -1459,7 +1469,8 @@ impl ByRows {
     }
 
     /// [`by_rows_pairs`]' pass with `CROSS` over two columns with this kernel: each group's
-    /// (e₁², e₂², e₁e₂, e₂e₁) sums into its first four slots of `acc`.
+    /// (e₁², e₂², e₁e₂, e₂e₁) sums into its first four slots of `acc`, asking for `next` as it
+    /// goes.
     #[inline]
     pub(crate) fn pair_products(
         self,
@@ -1467,6 +1478,7 @@ impl ByRows {
         groups: &[usize],
         acc: &mut [f64],
         centre: &[f64],
+        next: RowsAhead<'_>,
     ) {
         debug_assert_eq!(columns.len(), 2);
         let simd = match self {
@@ -1475,7 +1487,7 @@ impl ByRows {
         };
         simd.vectorize(
             #[inline(always)]
-            || by_rows_pairs::<true, true>(simd, columns, groups, acc, centre, &[]),
+            || by_rows_pairs::<true, true>(simd, columns, groups, acc, centre, next),
         );
     }
 
@@ -1487,7 +1499,7 @@ impl ByRows {
         groups: &[usize],
         acc: &mut [f64],
         centre: &[f64],
-        next: &[&[f64]],
+        next: RowsAhead<'_>,
     ) {
         match self {
             // One or two columns (d ≤ 2, or a last block of d mod 8 ≤ 2): the rows' pairs by two
@@ -1532,7 +1544,7 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
     groups: &[usize],
     acc: &mut [f64],
     centre: &[f64],
-    next: &[&[f64]],
+    next: RowsAhead<'_>,
 ) {
     use std::arch::x86_64::__m256d;
     let (n, k) = (groups.len(), acc.len() / 8);
@@ -1544,9 +1556,7 @@ pub(crate) fn by_rows_v3<const SQUARE: bool>(
     let halves = columns.len().div_ceil(4).min(2);
     let whole = n / 8 * 8;
     for i0 in (0..whole).step_by(8) {
-        for col in next {
-            crate::block::prefetch(col, i0);
-        }
+        next.ask(i0);
         for r0 in [i0, i0 + 4] {
             for h in 0..halves {
                 let cols: [__m256d; 4] =
@@ -1601,7 +1611,7 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool, const CROSS: bool>(
     groups: &[usize],
     acc: &mut [f64],
     centre: &[f64],
-    next: &[&[f64]],
+    next: RowsAhead<'_>,
 ) {
     use std::arch::x86_64::__m128d;
     debug_assert!(columns.len() <= 2);
@@ -1620,9 +1630,7 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool, const CROSS: bool>(
     let (centres, _) = centre.as_chunks::<8>();
     let centres = &centres[..centres.len().min(sums.len())];
     for i0 in (0..whole).step_by(8) {
-        for col in next {
-            crate::block::prefetch(col, i0);
-        }
+        next.ask(i0);
         let eight: &[usize; 8] = groups[i0..i0 + 8].try_into().unwrap_or(&[usize::MAX; 8]);
         for (half, r0) in [i0, i0 + 4].into_iter().enumerate() {
             let (a, b) = (
@@ -1716,8 +1724,9 @@ fn by_rows_tail<const SQUARE: bool>(
 /// One pass of [`grouped_moments_by_rows`] over up to eight `columns` (each at least as long
 /// as `groups`): group g's sums of each column (`SQUARE`: of its squared deviations from
 /// `centre[g · 8 + c]`) into `acc[g · 8 + c]`, overwritten. The lines of `next` (the next
-/// block's columns) are asked for from memory as the same rows pass, one per column per eight
-/// rows, so that their read overlaps this pass's arithmetic.
+/// block's columns, or the next chunk's with its labels) are asked for from memory as the same
+/// rows pass, one per column per eight rows, so that their read overlaps this pass's
+/// arithmetic.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) fn by_rows_v4<const SQUARE: bool>(
@@ -1726,7 +1735,7 @@ pub(crate) fn by_rows_v4<const SQUARE: bool>(
     groups: &[usize],
     acc: &mut [f64],
     centre: &[f64],
-    next: &[&[f64]],
+    next: RowsAhead<'_>,
 ) {
     use std::arch::x86_64::__m512d;
     let (n, k) = (groups.len(), acc.len() / 8);
@@ -1737,9 +1746,7 @@ pub(crate) fn by_rows_v4<const SQUARE: bool>(
     let centres = pulp::x86::V4::as_simd_f64s(centre).0;
     let whole = n / 8 * 8;
     for i0 in (0..whole).step_by(8) {
-        for col in next {
-            crate::block::prefetch(col, i0);
-        }
+        next.ask(i0);
         let cols: [__m512d; 8] = std::array::from_fn(|c| match columns.get(c) {
             Some(col) => {
                 let v: [f64; 8] = col[i0..i0 + 8].try_into().unwrap_or_default();
@@ -1809,6 +1816,7 @@ pub fn grouped_sums_sq(
 /// squares are taken right after its sums, while the column is still in L1, rather than in a
 /// second pass over the whole block from L2. The bits are those of `grouped_sums` into a zeroed
 /// `sums`, then `grouped_sums_sq` at those means. `counts[g]` must be group g's number of rows.
+/// The squares' passes ask for `ahead` from memory, a share each ([`RowsAhead::share`]).
 /// Returns whether any value is below zero, as [`grouped_sums`].
 pub fn grouped_sums_and_squares(
     x: MatRef<'_, f64>,
@@ -1816,12 +1824,14 @@ pub fn grouped_sums_and_squares(
     counts: &[usize],
     sums: MatMut<'_, f64>,
     squares: MatMut<'_, f64>,
+    ahead: RowsAhead<'_>,
 ) -> bool {
     debug_assert_eq!(counts.len(), sums.nrows());
     debug_assert_eq!(squares.nrows(), sums.nrows());
     debug_assert_eq!(squares.ncols(), x.ncols());
     pulp::Arch::new().dispatch(Grouped {
         squares: Some((counts, squares)),
+        ahead,
         ..Grouped::sums(x, groups, sums)
     })
 }
@@ -1832,12 +1842,14 @@ pub fn grouped_sums_and_squares(
 /// row; `sums` has d(d + 1)/2 columns). The diagonal pairs are [`grouped_sums_sq`]'s values,
 /// to the bit: a labeled fit's full scatter per class, centred at exact class means, without
 /// copying any class's rows out. It costs K · d(d + 1)/2 masked products per row, so it is for
-/// few features and few classes.
+/// few features and few classes. Its passes (over columns already read) ask for `ahead` from
+/// memory, a share each.
 pub fn grouped_cross_products(
     x: MatRef<'_, f64>,
     groups: &[usize],
     centers: MatRef<'_, f64>,
     sums: MatMut<'_, f64>,
+    ahead: RowsAhead<'_>,
 ) {
     debug_assert_eq!(centers.nrows(), sums.nrows());
     debug_assert_eq!(centers.ncols(), x.ncols());
@@ -1845,6 +1857,7 @@ pub fn grouped_cross_products(
     pulp::Arch::new().dispatch(Grouped {
         centers: Some(centers),
         cross: true,
+        ahead,
         ..Grouped::sums(x, groups, sums)
     });
 }
@@ -1879,6 +1892,9 @@ struct Grouped<'a> {
     /// Each group's number of rows, written (every value replaced) from the masks the sums
     /// use where it can be ([`grouped_sums_and_counts`]).
     counts: Option<&'a mut [usize]>,
+    /// What the passes over columns already read (squares, products) ask for from memory, a
+    /// share each ([`RowsAhead::share`]).
+    ahead: RowsAhead<'a>,
 }
 
 impl<'a> Grouped<'a> {
@@ -1893,6 +1909,7 @@ impl<'a> Grouped<'a> {
             squares: None,
             after_column: None,
             counts: None,
+            ahead: RowsAhead::NONE,
         }
     }
 }
@@ -1924,6 +1941,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         mut squares,
         mut after_column,
         counts,
+        ahead: read_next,
     } = args;
     debug_assert_eq!(A * S::F64_LANES, GROUP_PARTIAL_SUMS);
     debug_assert_eq!(groups.len(), x.nrows());
@@ -1986,6 +2004,11 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         let first = if term == Term::Product { 0 } else { j };
         (first..=j).map(move |c| (j, c))
     });
+    let passes = if term == Term::Product {
+        d * (d + 1) / 2
+    } else {
+        d
+    };
     let mut scratch = Vec::new();
     let mut scratch_y = Vec::new();
     let mut current = Vec::new();
@@ -2035,11 +2058,18 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         if first_read && summed.is_none() && j % TOUCHED_COLUMNS == 0 && (j == 0 || !read_ahead) {
             touch_columns(x, j, n);
         }
-        let ahead = match read_ahead && j + TOUCHED_COLUMNS < d {
+        // A first read asks for the column four on (with many groups); a pass over columns
+        // already read, for its share of what is read next (after this block).
+        let column_ahead = match read_ahead && j + TOUCHED_COLUMNS < d {
             true => x.col(j + TOUCHED_COLUMNS).try_as_col_major(),
             false => None,
         }
-        .map_or(&[][..], |c| &c.as_slice()[..n]);
+        .map(|c| [&c.as_slice()[..n]]);
+        let ahead = match &column_ahead {
+            Some(column) => RowsAhead::new(column, &[]),
+            None if first_read => RowsAhead::NONE,
+            None => read_next.share(p, passes),
+        };
         let col = crate::block::column(x, j, &mut scratch);
         let col_y = if term == Term::Product {
             crate::block::column(x, jy, &mut scratch_y)
@@ -2083,7 +2113,7 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
                     simd,
                     Term::Square,
                     (col, col),
-                    &[],
+                    read_next.share(p, passes),
                     &shape,
                     (&*centers_x, &*centers_y),
                     None,
@@ -2125,7 +2155,7 @@ fn column_totals<S: Simd, const A: usize>(
     simd: S,
     term: Term,
     (col, col_y): (&[f64], &[f64]),
-    ahead: &[f64],
+    ahead: RowsAhead<'_>,
     shape: &Shape<'_, S::m64s>,
     (centers_x, centers_y): (&[f64], &[f64]),
     whole_runs: Option<&[f64]>,
@@ -2150,8 +2180,8 @@ fn column_totals<S: Simd, const A: usize>(
         c[0][..count].copy_from_slice(&centers_x[first..first + count]);
         c[1][..count].copy_from_slice(&centers_y[first..first + count]);
         let mut out = [0.0; MAX_GROUPS_PER_PASS];
-        // The column ahead is asked for during the first pass only.
-        let columns = (xv, yv, if first == 0 { ahead } else { &[] });
+        // What is ahead is asked for during the first pass only.
+        let columns = (xv, yv, if first == 0 { ahead } else { RowsAhead::NONE });
         negative |= match term {
             Term::Value => group_pass_for::<S, A, 0>(simd, count, columns, masks, &c, &mut out),
             Term::Square => group_pass_for::<S, A, 1>(simd, count, columns, masks, &c, &mut out),
@@ -2371,7 +2401,7 @@ fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
 fn group_pass_for<S: Simd, const A: usize, const TERM: u8>(
     simd: S,
     count: usize,
-    columns: (&[S::f64s], &[S::f64s], &[f64]),
+    columns: (&[S::f64s], &[S::f64s], RowsAhead<'_>),
     masks: &[S::m64s],
     centers: &[[f64; MAX_GROUPS_PER_PASS]; 2],
     out: &mut [f64; MAX_GROUPS_PER_PASS],
@@ -2397,7 +2427,7 @@ fn group_pass_for<S: Simd, const A: usize, const TERM: u8>(
 #[inline(always)]
 fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
     simd: S,
-    (xv, yv, ahead): (&[S::f64s], &[S::f64s], &[f64]),
+    (xv, yv, ahead): (&[S::f64s], &[S::f64s], RowsAhead<'_>),
     masks: &[S::m64s],
     centers: &[[f64; MAX_GROUPS_PER_PASS]; 2],
     out: &mut [f64; MAX_GROUPS_PER_PASS],
@@ -2412,7 +2442,7 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
     for (b, (xb, yb)) in xv.chunks_exact(A).zip(yv.chunks_exact(A)).enumerate() {
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
         for a in 0..A {
-            crate::block::prefetch(ahead, (b * A + a) * S::F64_LANES);
+            ahead.ask((b * A + a) * S::F64_LANES);
         }
         for a in 0..A {
             let v = xb[a];
@@ -2634,7 +2664,8 @@ mod tests {
             let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             // The squares are the diagonal moments' bits.
             let (mut dm, mut ds) = (vec![0.0; k * 2], vec![0.0; k * 2]);
-            grouped_moments_by_rows(x.as_ref(), &groups, &counts, &mut dm, &mut ds);
+            let none = RowsAhead::NONE;
+            grouped_moments_by_rows(x.as_ref(), &groups, &counts, &mut dm, &mut ds, none);
             let diagonal: Vec<f64> = (0..k)
                 .flat_map(|g| [lower[g * 3], lower[g * 3 + 2]])
                 .collect();
@@ -2642,7 +2673,9 @@ mod tests {
             let rows = x.transpose().to_owned();
             for view in [x.as_ref(), rows.transpose()] {
                 let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
-                grouped_pair_moments_by_rows(view, &groups, &counts, &mut m, &mut l);
+                crate::block::with_some_ahead(n, |ahead| {
+                    grouped_pair_moments_by_rows(view, &groups, &counts, &mut m, &mut l, ahead)
+                });
                 assert_eq!(bits(&m), bits(&means), "means n {n} k {k}");
                 assert_eq!(bits(&l), bits(&lower), "scatter n {n} k {k}");
             }
@@ -2651,7 +2684,10 @@ mod tests {
                 let columns =
                     crate::block::contiguous_columns(x.as_ref(), 0..2).unwrap_or_default();
                 let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
-                pair_moments_with(kernel, &columns, &groups, &counts, &mut m, &mut l);
+                crate::block::with_some_ahead(n, |ahead| {
+                    let (m, l) = (&mut m, &mut l);
+                    pair_moments_with(kernel, &columns, &groups, &counts, m, l, ahead)
+                });
                 assert_eq!(bits(&m), bits(&means), "{kernel:?} means n {n} k {k}");
                 assert_eq!(bits(&l), bits(&lower), "{kernel:?} scatter n {n} k {k}");
             }
@@ -2717,7 +2753,9 @@ mod tests {
             let rows = x.transpose().to_owned();
             for view in [x.as_ref(), rows.transpose()] {
                 let (mut m, mut s) = (vec![f64::NAN; k * d], vec![f64::NAN; k * d]);
-                grouped_moments_by_rows(view, &groups, &counts, &mut m, &mut s);
+                crate::block::with_some_ahead(n, |ahead| {
+                    grouped_moments_by_rows(view, &groups, &counts, &mut m, &mut s, ahead)
+                });
                 assert_eq!(bits(&m), bits(&means), "means n {n} d {d} k {k}");
                 assert_eq!(bits(&s), bits(&sq), "squares n {n} d {d} k {k}");
             }
@@ -2727,7 +2765,8 @@ mod tests {
                 let columns =
                     crate::block::contiguous_columns(x.as_ref(), 0..d).unwrap_or_default();
                 let (mut m, mut s) = (vec![f64::NAN; k * d], vec![f64::NAN; k * d]);
-                moments_by_row_blocks(kernel, &columns, &groups, &counts, &mut m, &mut s);
+                let none = RowsAhead::NONE;
+                moments_by_row_blocks(kernel, &columns, &groups, &counts, &mut m, &mut s, none);
                 assert_eq!(bits(&m), bits(&means), "{kernel:?} means n {n} d {d} k {k}");
                 assert_eq!(bits(&s), bits(&sq), "{kernel:?} squares n {n} d {d} k {k}");
             }
@@ -3282,13 +3321,16 @@ mod tests {
                 ] {
                     let mut got_sums = Mat::from_fn(k, 5, |_, _| f64::NAN);
                     let mut got_squares = Mat::from_fn(k, 5, |_, _| f64::NAN);
-                    let got_negative = grouped_sums_and_squares(
-                        view,
-                        &groups,
-                        &counts,
-                        got_sums.as_mut(),
-                        got_squares.as_mut(),
-                    );
+                    let got_negative = crate::block::with_some_ahead(n, |ahead| {
+                        grouped_sums_and_squares(
+                            view,
+                            &groups,
+                            &counts,
+                            got_sums.as_mut(),
+                            got_squares.as_mut(),
+                            ahead,
+                        )
+                    });
                     assert_eq!(got_negative, negative, "{layout}, n = {n}, k = {k}");
                     for g in 0..k {
                         for j in 0..5 {
@@ -3415,7 +3457,15 @@ mod tests {
                 let centers = faer::Mat::from_fn(k, d, |g, j| 0.2 * g as f64 + [2.9, 13.0, 1e3][j]);
                 let pairs = d * (d + 1) / 2;
                 let mut cross = faer::Mat::from_fn(k, pairs, |g, p| (g + p) as f64);
-                grouped_cross_products(m.as_ref(), &groups, centers.as_ref(), cross.as_mut());
+                crate::block::with_some_ahead(n, |ahead| {
+                    grouped_cross_products(
+                        m.as_ref(),
+                        &groups,
+                        centers.as_ref(),
+                        cross.as_mut(),
+                        ahead,
+                    )
+                });
                 let mut squares = faer::Mat::from_fn(k, d, |g, j| (g + j * (j + 3) / 2) as f64);
                 grouped_sums_sq(m.as_ref(), &groups, centers.as_ref(), squares.as_mut());
                 for g in 0..k {

@@ -13,6 +13,7 @@
 //! fixed by the block size and the SIMD width: a given machine gives the same bits for any thread
 //! count (as with faer's products, the last bits may differ between instruction sets).
 
+use crate::block::RowsAhead;
 use crate::moments::{TOUCHED_COLUMNS, touch, touch_columns};
 use faer::MatRef;
 
@@ -747,7 +748,7 @@ impl RowBlock {
             let (mut acc, mut column_means) = (vec![0.0; k * 8], vec![0.0; k]);
             for j0 in (0..d).step_by(8) {
                 let block = &columns[j0..(j0 + 8).min(d)];
-                kernel.pass::<false>(block, groups, &mut acc, &[], &[]);
+                kernel.pass::<false>(block, groups, &mut acc, &[], RowsAhead::NONE);
                 for (c, col) in block.iter().enumerate() {
                     let j = j0 + c;
                     for (g, &count) in counts.iter().enumerate() {
@@ -3593,6 +3594,7 @@ mod tests {
                                 &counts,
                                 &mut want_means,
                                 &mut squares,
+                                RowsAhead::NONE,
                             );
                             for (at, (a, b)) in means.iter().zip(&want_means).enumerate() {
                                 assert_eq!(a.to_bits(), b.to_bits(), "by rows mean {at}: {what}");

@@ -323,8 +323,27 @@ fn full_class_stats(
         labels,
         MatRef::from_row_major_slice(means, k, d),
         MatMut::from_row_major_slice_mut(lower, k, products),
+        chunk.ahead,
     );
-    let lower = &*lower;
+    Ok(class_stats_from_packed(
+        spare, counts, means, lower, d, pooled,
+    ))
+}
+
+/// Each class's full statistics from its row count, mean (`means`, k × `d` row by row) and
+/// packed scatter (`lower`: k runs of d(d + 1)/2, pair (j, i ≤ j) at j(j + 1)/2 + i), into
+/// `spare`'s vectors when they have the shape; pooled (as [`PooledStats::from_classes`] gives
+/// them for these classes, the same bits) when `pooled`.
+fn class_stats_from_packed(
+    spare: &mut Option<ChunkStats>,
+    counts: &[usize],
+    means: &[f64],
+    lower: &[f64],
+    d: usize,
+    pooled: bool,
+) -> ChunkStats {
+    let k = counts.len();
+    let products = d * (d + 1) / 2;
     if pooled {
         // from_classes: each class's weight and mean (zeros for an empty class) and the sum of
         // the class scatters in class order, an empty class's zeros included.
@@ -353,7 +372,7 @@ fn full_class_stats(
                 }
             }
         }
-        return Ok(ChunkStats::Pooled(stats));
+        return ChunkStats::Pooled(stats);
     }
     let mut classes = ChunkStats::classes_to_fill(spare, k, d, ScatterKind::Full);
     for (c, class) in classes.iter_mut().enumerate() {
@@ -363,7 +382,7 @@ fn full_class_stats(
         );
         class.set_full_packed(counts[c] as f64, mean, packed);
     }
-    Ok(ChunkStats::Classes(classes))
+    ChunkStats::Classes(classes)
 }
 
 /// The diagonal statistics of each class's rows of `x` (`labels[i] < k`, weight one each): the
@@ -386,6 +405,7 @@ fn diagonal_class_stats(
         &counts,
         sums.as_mut(),
         MatMut::from_row_major_slice_mut(&mut scatter, k, d),
+        chunk.ahead,
     );
     check_through_sums(chunk, sums.as_ref())?;
     divide_by_counts(sums, &counts);
@@ -428,7 +448,14 @@ fn diagonal_class_stats_by_rows(
     let d = chunk.x.ncols();
     let counts = group_counts(labels, k);
     let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
-    density::moments::grouped_moments_by_rows(chunk.x, labels, &counts, &mut means, &mut scatters);
+    density::moments::grouped_moments_by_rows(
+        chunk.x,
+        labels,
+        &counts,
+        &mut means,
+        &mut scatters,
+        chunk.ahead,
+    );
     // A non-finite value makes its class's mean non-finite (the check names it).
     check_through_sums(chunk, MatRef::from_row_major_slice(&means, k, d))?;
     Ok(diagonal_classes(spare, &counts, &means, &scatters))
@@ -799,6 +826,33 @@ impl Checked<GaussianParams> {
         {
             return full_class_stats(&chunk, labels, k, pooled, spare);
         }
+        // Full statistics of labeled rows of two features and more classes than the masks
+        // take: each class's sums, then its deviations' squares and product, by rows in one
+        // pass each (`density::moments::grouped_pair_moments_by_rows`), with no grouping of
+        // the rows and no copy; the sums also check the values. Pooled (LDA), the class
+        // scatters summed: no centred copy of the chunk and no scatter of it (`profile lda-fit
+        // 2 10`, `PROFILE_COLD=cs`, medians of 21, three alternated pairs on the Intel Xeon:
+        // 2.04, 2.02, 2.08 → 1.82, 1.87, 1.92 ms; K = 6 1.97, 2.11, 2.06 → 1.74, 1.79, 1.67 ms).
+        if let Some(labels) = chunk.labels
+            && kind == ScatterKind::Full
+            && d == 2
+        {
+            let counts = group_counts(labels, k);
+            let (mut means, mut lower) = (vec![0.0; k * 2], vec![0.0; k * 3]);
+            density::moments::grouped_pair_moments_by_rows(
+                chunk.x,
+                labels,
+                &counts,
+                &mut means,
+                &mut lower,
+                chunk.ahead,
+            );
+            // A non-finite value makes its class's mean non-finite (the check names it).
+            check_through_sums(&chunk, MatRef::from_row_major_slice(&means, k, d))?;
+            return Ok(class_stats_from_packed(
+                spare, &counts, &means, &lower, d, pooled,
+            ));
+        }
         // The pooled scatter of labeled rows: the class sums, which also check the values,
         // then the columns less their rows' class means into one block while they are in
         // cache, and one scatter of the block. With few classes each column's sums are taken
@@ -812,7 +866,8 @@ impl Checked<GaussianParams> {
         // 0.023, 0.023 s; d = 2, K = 2 even; then, with the centring by `vpermps` of the
         // sixty-fourth round, three alternated pairs: d = 16, K = 2 0.0245–0.0271 → 0.0207–0.0229
         // s; d = 64, K = 2 0.155–0.248 → 0.141–0.147 s; K = 10 even at d = 16 and 64). Without
-        // AVX2, or past 16 classes, the split below.
+        // AVX2, or past 16 classes, the split below. (Two features take the class scatters by
+        // rows above since the eightieth round.)
         if let Some(labels) = chunk.labels
             && pooled
             && kind == ScatterKind::Full
@@ -848,29 +903,6 @@ impl Checked<GaussianParams> {
             && kind != ScatterKind::Full
         {
             return diagonal_class_stats_by_rows(&chunk, labels, k, spare).map(wrap);
-        }
-        // Full statistics of labeled rows of two features and more classes than the masks
-        // take: each class's sums, then its deviations' squares and product, by rows in one
-        // pass each (`density::moments::grouped_pair_moments_by_rows`), with no grouping of
-        // the rows and no copy; the sums also check the values.
-        if let Some(labels) = chunk.labels
-            && kind == ScatterKind::Full
-            && !pooled
-            && d == 2
-        {
-            let counts = group_counts(labels, k);
-            let (mut means, mut lower) = (vec![0.0; k * 2], vec![0.0; k * 3]);
-            density::moments::grouped_pair_moments_by_rows(
-                chunk.x, labels, &counts, &mut means, &mut lower,
-            );
-            // A non-finite value makes its class's mean non-finite (the check names it).
-            check_through_sums(&chunk, MatRef::from_row_major_slice(&means, k, d))?;
-            let mut classes = ChunkStats::classes_to_fill(spare, k, d, kind);
-            for (c, class) in classes.iter_mut().enumerate() {
-                let (mean, packed) = (&means[c * 2..][..2], &lower[c * 3..][..3]);
-                class.set_full_packed(counts[c] as f64, mean, packed);
-            }
-            return Ok(ChunkStats::Classes(classes));
         }
         // Every other labeled chunk (full statistics): split by class once, which also tells
         // whether its values are finite, so it is read once, not a second time by the check
@@ -1635,7 +1667,7 @@ impl GenerativeClassifier for GaussianClassifier {
                 // x's layout, each block of rows once for every class, and written straight
                 // into the classes' columns.
                 // Above 4 columns the kernel asks for the rows two blocks ahead as it goes
-                // (`mahalanobis`'s `ReadAhead`), in place of a read of the chunk first.
+                // (`mahalanobis`'s `RowsAhead`), in place of a read of the chunk first.
                 gaussian_log_densities(x, &self.means, &self.factors, &log_norm, out.as_mut());
             }
             CovarianceStructure::Tied => {
@@ -2032,6 +2064,7 @@ mod tests {
             labels: Some(labels),
             prechecked: false,
             weight_totals: None,
+            ahead: density::block::RowsAhead::NONE,
         }
     }
 
@@ -2042,10 +2075,15 @@ mod tests {
     /// Labeled full statistics of two features and more classes than the masks take (by rows,
     /// `grouped_pair_moments_by_rows`): each class's weight, mean and scatter are those of its
     /// rows gathered, by the two-pass formula, and the same when refilled into another chunk's
-    /// statistics. Values far from zero, a class of one row and an empty class.
+    /// statistics or when the chunk reads another ahead. Pooled (LDA), the bits
+    /// `PooledStats::from_classes` gives for those classes, refilled or not. Values far from
+    /// zero, a class of one row and an empty class.
     #[test]
     fn labeled_full_statistics_of_two_features_by_rows_are_each_class_s_own() {
         let qda = GaussianParams::with_structure(CovarianceStructure::Full)
+            .check()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let lda = GaussianParams::with_structure(CovarianceStructure::Tied)
             .check()
             .unwrap_or_else(|e| panic!("{e}"));
         let (n, d) = (1037, 2);
@@ -2117,6 +2155,45 @@ mod tests {
                     bits(want.scatter()),
                     "K = {k}, class {c}"
                 );
+            }
+            // Reading another chunk ahead (here the same rows, and labels one shorter).
+            let columns: Vec<&[f64]> = (0..d)
+                .map(|j| {
+                    x.col(j)
+                        .try_as_col_major()
+                        .map_or(&[][..], |c| c.as_slice())
+                })
+                .collect();
+            let ahead_chunk = Chunk {
+                ahead: density::block::RowsAhead::new(&columns, &other[1..]),
+                ..labeled(x.as_ref(), &labels, empty.as_ref())
+            };
+            let Ok(ChunkStats::Classes(ahead)) = qda.chunk_stats(&mut state, ahead_chunk, d, k)
+            else {
+                panic!("K = {k}: no statistics with a chunk ahead");
+            };
+            for (c, (got, want)) in ahead.iter().zip(&classes).enumerate() {
+                assert_eq!(bits(got.mean()), bits(want.mean()), "K = {k}, class {c}");
+                assert_eq!(bits(got.scatter()), bits(want.scatter()), "K = {k}, {c}");
+            }
+            // Pooled: fresh, then into the vectors of another chunk's pooled statistics.
+            let want = PooledStats::from_classes(&classes);
+            let mut state = gaussian_scratch();
+            for spare in [None, Some(&other)] {
+                if let Some(other) = spare {
+                    let previous = labeled(x.as_ref(), other, empty.as_ref());
+                    let Ok(previous) = lda.chunk_stats(&mut state, previous, d, k) else {
+                        panic!("K = {k}: the other chunk, pooled");
+                    };
+                    state.4 = Some(previous);
+                }
+                let chunk = labeled(x.as_ref(), &labels, empty.as_ref());
+                let Ok(ChunkStats::Pooled(got)) = lda.chunk_stats(&mut state, chunk, d, k) else {
+                    panic!("K = {k}: no pooled statistics");
+                };
+                assert_eq!(bits(&got.weights), bits(&want.weights), "K = {k}");
+                assert_eq!(bits(&got.means), bits(&want.means), "K = {k}");
+                assert_eq!(bits(&got.within), bits(&want.within), "K = {k}");
             }
         }
     }

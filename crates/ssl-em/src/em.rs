@@ -765,6 +765,7 @@ where
                     // statistics; the weights are finite and ≥ 0.
                     prechecked: true,
                     weight_totals: Some(&totals),
+                    ahead: density::block::RowsAhead::NONE,
                 };
                 fit.chunk_partial(scratch, chunk, d, k)
             });
