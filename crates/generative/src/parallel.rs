@@ -430,10 +430,18 @@ where
         let run = run_length(starts.len(), shape, set.x.nrows() * set.x.ncols() * 8);
         runs.extend(starts.chunks(run).map(<[_]>::to_vec));
     }
-    let results: Vec<Result<T>> = run_indexed_with(runs, init, |state, _, run| {
+    // Each run with the first chunk of the run after it, which its worker usually takes next
+    // (its share of the runs is consecutive), to read ahead after its own last chunk.
+    let firsts: Vec<Option<(usize, usize)>> = runs.iter().map(|run| run.first().copied()).collect();
+    let items: Vec<_> = runs
+        .into_iter()
+        .zip(firsts.into_iter().skip(1).chain([None]))
+        .collect();
+    let results: Vec<Result<T>> = run_indexed_with(items, init, |state, _, (run, after)| {
         let mut folded: Option<T> = None;
         for (q, &start) in run.iter().enumerate() {
-            let part = run_chunk(sets, false, state, &f, start, run.get(q + 1).copied())?;
+            let next = run.get(q + 1).copied().or(after);
+            let part = run_chunk(sets, false, state, &f, start, next)?;
             match folded.as_mut() {
                 Some(acc) => merge(state, acc, part),
                 None => folded = Some(part),
