@@ -146,11 +146,6 @@ impl<'a> RowsAhead<'a> {
         }
     }
 
-    /// Whether there is nothing to ask for.
-    pub fn is_empty(&self) -> bool {
-        self.columns.is_empty() && self.labels.is_empty()
-    }
-
     /// Asks for the line of each column and of the labels that holds row `row` (a pass calls
     /// it once per eight rows, at rows that are multiples of 8).
     #[inline(always)]
