@@ -537,29 +537,25 @@ where
 {
     let set = &sets[s];
     let b = CHUNK_ROWS.min(set.x.nrows() - r0);
-    // The next chunk's columns, when they are contiguous and few, with its labels.
-    let next_columns = next.and_then(|(s, r0)| {
+    // The next chunk's columns, when they are contiguous and few (on the stack), with its
+    // labels.
+    let mut columns: [&[f64]; READ_AHEAD_MAX_FEATURES] = [&[]; READ_AHEAD_MAX_FEATURES];
+    let next_rows = next.and_then(|(s, r0)| {
         let set = &sets[s];
-        if set.x.ncols() > READ_AHEAD_MAX_FEATURES {
-            return None;
-        }
+        let d = set.x.ncols();
         let Responsibilities::Labels { labels, .. } = set.resp else {
             return None;
         };
         let rows = r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0);
-        let columns = (0..set.x.ncols())
-            .map(|j| {
-                let column = set.x.col(j).try_as_col_major()?;
-                Some(&column.as_slice()[rows.clone()])
-            })
-            .collect::<Option<Vec<&[f64]>>>()?;
-        Some((columns, &labels[rows]))
+        for (j, column) in columns.get_mut(..d)?.iter_mut().enumerate() {
+            *column = &set.x.col(j).try_as_col_major()?.as_slice()[rows.clone()];
+        }
+        Some((d, &labels[rows]))
     });
-    let ahead = next_columns
-        .as_ref()
-        .map_or(RowsAhead::NONE, |(columns, labels)| {
-            RowsAhead::new(columns, labels)
-        });
+    let ahead = match next_rows {
+        Some((d, labels)) => RowsAhead::new(&columns[..d], labels),
+        None => RowsAhead::NONE,
+    };
     // Rows of another layout (row-major, as read from a CSV file) are copied column-major
     // first: every kernel reads columns.
     with_column_major(set.x.subrows(r0, b), |x| match set.resp {
