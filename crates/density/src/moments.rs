@@ -1350,8 +1350,9 @@ fn block_means(
     acc: &mut [f64],
     centre: &mut [f64],
     mut mean: impl FnMut(usize, usize, f64),
+    ahead: RowsAhead<'_>,
 ) {
-    kernel.pass::<false>(block, groups, acc, &[], RowsAhead::NONE);
+    kernel.pass::<false>(block, groups, acc, &[], ahead);
     for (g, &count) in counts.iter().enumerate() {
         for (c, &sum) in acc[g * 8..][..block.len()].iter().enumerate() {
             let value = group_mean(sum, count);
@@ -1384,6 +1385,7 @@ fn pair_moments_with(
         |g, c, mean| {
             means[g * 2 + c] = mean;
         },
+        RowsAhead::NONE,
     );
     kernel.pair_products(columns, groups, &mut acc, &centre, ahead);
     for g in 0..k {
@@ -1414,6 +1416,15 @@ fn moments_by_row_blocks(
             [] => ahead,
             next => RowsAhead::new(next, &[]),
         };
+        // The first block's sums are the chunk's first read, unless the last chunk's squares
+        // asked for it (they do when they ask for this one's next: `ahead`); then they ask for
+        // their own rows further on (`profile gnb-fit 16 10`, `PROFILE_COLD=cs`, medians of 21,
+        // two alternated pairs on the Intel Xeon: 6.71, 7.28 → 6.45, 6.73 ms; at d = 8, where
+        // the chunk was asked for, 3.77, 3.73 → 3.95, 3.83 ms when they asked too).
+        let first_read = match j0 == 0 && ahead.is_empty() {
+            true => RowsAhead::further_on(block, groups),
+            false => RowsAhead::NONE,
+        };
         block_means(
             kernel,
             block,
@@ -1424,6 +1435,7 @@ fn moments_by_row_blocks(
             |g, c, mean| {
                 means[g * d + j0 + c] = mean;
             },
+            first_read,
         );
         kernel.pass::<true>(block, groups, &mut acc, &centre, next);
         for g in 0..k {
@@ -2044,14 +2056,23 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         && k <= READ_TOGETHER_MAX_GROUPS;
     let mut read_together = [[0.0; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS];
     let mut have_read_together = false;
+    // Vectors of rows those sums read ahead of where they are, unless the last chunk's passes
+    // asked for this chunk (they do when this chunk's ask for the next: `read_next`).
+    let lookahead = crate::block::LOOKAHEAD_ROWS / S::F64_LANES;
     for (p, (j, jy)) in outputs.enumerate() {
         if together && j % TOUCHED_COLUMNS == 0 {
             let last = (j + TOUCHED_COLUMNS).min(d);
             let columns = crate::block::contiguous_columns(x, j..last);
             have_read_together = columns.is_some();
             if let Some(columns) = columns {
-                negative |=
-                    sums_read_together_for::<S, A>(simd, k, &columns, &shape, &mut read_together);
+                let further = if read_next.is_empty() { lookahead } else { 0 };
+                negative |= sums_read_together_for::<S, A>(
+                    simd,
+                    k,
+                    (&columns, further),
+                    &shape,
+                    &mut read_together,
+                );
             }
         }
         let summed = have_read_together.then(|| &read_together[j % TOUCHED_COLUMNS][..k]);
@@ -2316,7 +2337,7 @@ const READ_TOGETHER_MAX_GROUPS: usize = 3;
 fn sums_read_together_for<S: Simd, const A: usize>(
     simd: S,
     k: usize,
-    columns: &[&[f64]],
+    (columns, further): (&[&[f64]], usize),
     shape: &Shape<'_, S::m64s>,
     out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
 ) -> bool {
@@ -2328,9 +2349,9 @@ fn sums_read_together_for<S: Simd, const A: usize>(
     }
     let v = &v[..columns.len().min(TOUCHED_COLUMNS)];
     match k {
-        1 => group_pass_columns_for::<S, A, 1>(simd, v, masks, out),
-        2 => group_pass_columns_for::<S, A, 2>(simd, v, masks, out),
-        _ => group_pass_columns_for::<S, A, 3>(simd, v, masks, out),
+        1 => group_pass_columns_for::<S, A, 1>(simd, (v, further), masks, out),
+        2 => group_pass_columns_for::<S, A, 2>(simd, (v, further), masks, out),
+        _ => group_pass_columns_for::<S, A, 3>(simd, (v, further), masks, out),
     }
 }
 
@@ -2338,15 +2359,17 @@ fn sums_read_together_for<S: Simd, const A: usize>(
 #[inline(always)]
 fn group_pass_columns_for<S: Simd, const A: usize, const G: usize>(
     simd: S,
-    v: &[&[S::f64s]],
+    (v, further): (&[&[S::f64s]], usize),
     masks: &[S::m64s],
     out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
 ) -> bool {
     match v.len() {
-        1 => group_pass_columns::<S, A, G, 1>(simd, [v[0]], masks, out),
-        2 => group_pass_columns::<S, A, G, 2>(simd, [v[0], v[1]], masks, out),
-        3 => group_pass_columns::<S, A, G, 3>(simd, [v[0], v[1], v[2]], masks, out),
-        _ => group_pass_columns::<S, A, G, 4>(simd, [v[0], v[1], v[2], v[3]], masks, out),
+        1 => group_pass_columns::<S, A, G, 1>(simd, ([v[0]], further), masks, out),
+        2 => group_pass_columns::<S, A, G, 2>(simd, ([v[0], v[1]], further), masks, out),
+        3 => group_pass_columns::<S, A, G, 3>(simd, ([v[0], v[1], v[2]], further), masks, out),
+        _ => {
+            group_pass_columns::<S, A, G, 4>(simd, ([v[0], v[1], v[2], v[3]], further), masks, out)
+        }
     }
 }
 
@@ -2355,10 +2378,14 @@ fn group_pass_columns_for<S: Simd, const A: usize, const G: usize>(
 /// sums taken as the lines arrive rather than from L2 afterwards. Each column's group sums
 /// run in [`group_pass`]'s order (vector a of each run of `A` into accumulator a, the same
 /// tree), so they have its bits. `C · G · A` accumulators stay in registers (24 at most).
+/// Where `further` > 0 each column's line `further` vectors on is asked for as a run is summed
+/// ([`crate::block::LOOKAHEAD_ROWS`]: `profile gnb-fit`, `PROFILE_COLD=cs`, medians of 21,
+/// two alternated pairs on the Intel Xeon: d = 16, K = 2 7.12, 7.05 → 6.57, 6.63 ms; d = 64,
+/// K = 2 26.3, 26.5 → 24.2, 24.2 ms; `lda-fit 16 2` 9.63, 9.61 → 8.94, 9.21 ms).
 #[inline(always)]
 fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     simd: S,
-    columns: [&[S::f64s]; C],
+    (columns, further): ([&[S::f64s]; C], usize),
     masks: &[S::m64s],
     out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
 ) -> bool {
@@ -2368,7 +2395,16 @@ fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     let mut runs: [_; C] = std::array::from_fn(|c| columns[c][..vectors].chunks_exact(A));
     let mut acc = [[[zero; A]; G]; C];
     let mut negative = simd.less_than_f64s(zero, zero);
+    // Vectors per cache line, for one ask per line.
+    let per_line = (8 / S::F64_LANES).max(1);
     for b in 0..vectors / A {
+        if further > 0 {
+            for col in columns {
+                for a in (0..A).step_by(per_line) {
+                    crate::block::prefetch(col, b * A + a + further);
+                }
+            }
+        }
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
         for (c, run) in runs.iter_mut().enumerate() {
             let Some(xb) = run.next() else {
