@@ -209,9 +209,9 @@ impl ClassBlocks {
                         // Where the split is the four columns' first read, it asks for their
                         // own rows further on (`profile qda-fit`, `PROFILE_COLD=cs`, medians of
                         // 21, alternated pairs on the Intel Xeon: d = 16, K = 4 10.9, 11.1 →
-                        // 10.0, 9.7 ms; K = 3 10.2, 10.0, 9.9 → 9.9, 9.8, 9.6 ms; K = 2 9.8, 9.8,
-                        // 9.8, 9.6 → 10.1, 9.6, 9.2, 9.0 ms; d = 8, K = 4 5.28 → 4.73 ms; d = 64,
-                        // K = 4 70.5 → 65.6 ms, K = 2 even).
+                        // 10.0, 9.7 ms; K = 3 10.2, 10.0, 9.9 → 9.9, 9.8, 9.6 ms; K = 2 9.78,
+                        // 9.79, 9.79, 9.80, 9.60 → 10.06, 9.47, 9.61, 9.24, 9.03 ms; d = 8, K = 4
+                        // 5.28 → 4.73 ms; d = 64, K = 4 70.5 → 65.6 ms, K = 2 even).
                         if !touch_first {
                             for (slot, column) in ahead.iter_mut().zip(&srcs) {
                                 *slot = column.get(crate::block::LOOKAHEAD_ROWS..).unwrap_or(&[]);
