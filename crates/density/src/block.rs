@@ -112,7 +112,7 @@ pub fn prefetch<T>(values: &[T], at: usize) {
 /// Why: a pass that does much arithmetic per value read (sums by rows, a transpose and a store
 /// per row; masked sums of a few groups) keeps fewer lines in flight than a plain read, and the
 /// hardware prefetcher starts again at every 4 KB page of each column. Asked for 128 rows ahead,
-/// the first reads of labeled fits from memory took 5–10% less time on the Intel Xeon
+/// the labeled fits that use it took 4–18% less time from memory on the Intel Xeon
 /// (BENCHMARKS.md, eighty-first round); 64 to 512 rows were alike, 1024 slower.
 pub const LOOKAHEAD_ROWS: usize = 128;
 

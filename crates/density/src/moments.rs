@@ -2056,20 +2056,23 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
         && k <= READ_TOGETHER_MAX_GROUPS;
     let mut read_together = [[0.0; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS];
     let mut have_read_together = false;
-    // Vectors of rows those sums read ahead of where they are, unless the last chunk's passes
-    // asked for this chunk (they do when this chunk's ask for the next: `read_next`).
-    let lookahead = crate::block::LOOKAHEAD_ROWS / S::F64_LANES;
     for (p, (j, jy)) in outputs.enumerate() {
         if together && j % TOUCHED_COLUMNS == 0 {
             let last = (j + TOUCHED_COLUMNS).min(d);
             let columns = crate::block::contiguous_columns(x, j..last);
             have_read_together = columns.is_some();
             if let Some(columns) = columns {
-                let further = if read_next.is_empty() { lookahead } else { 0 };
+                // The chunk's first read asks for its own rows further on, unless the last
+                // chunk's passes asked for this chunk (they do when this one's ask for the
+                // next: `read_next`).
+                let ahead = match read_next.is_empty() {
+                    true => RowsAhead::further_on(&columns, &[]),
+                    false => RowsAhead::NONE,
+                };
                 negative |= sums_read_together_for::<S, A>(
                     simd,
                     k,
-                    (&columns, further),
+                    (&columns, ahead),
                     &shape,
                     &mut read_together,
                 );
@@ -2337,7 +2340,7 @@ const READ_TOGETHER_MAX_GROUPS: usize = 3;
 fn sums_read_together_for<S: Simd, const A: usize>(
     simd: S,
     k: usize,
-    (columns, further): (&[&[f64]], usize),
+    (columns, ahead): (&[&[f64]], RowsAhead<'_>),
     shape: &Shape<'_, S::m64s>,
     out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
 ) -> bool {
@@ -2349,9 +2352,9 @@ fn sums_read_together_for<S: Simd, const A: usize>(
     }
     let v = &v[..columns.len().min(TOUCHED_COLUMNS)];
     match k {
-        1 => group_pass_columns_for::<S, A, 1>(simd, (v, further), masks, out),
-        2 => group_pass_columns_for::<S, A, 2>(simd, (v, further), masks, out),
-        _ => group_pass_columns_for::<S, A, 3>(simd, (v, further), masks, out),
+        1 => group_pass_columns_for::<S, A, 1>(simd, (v, ahead), masks, out),
+        2 => group_pass_columns_for::<S, A, 2>(simd, (v, ahead), masks, out),
+        _ => group_pass_columns_for::<S, A, 3>(simd, (v, ahead), masks, out),
     }
 }
 
@@ -2359,17 +2362,15 @@ fn sums_read_together_for<S: Simd, const A: usize>(
 #[inline(always)]
 fn group_pass_columns_for<S: Simd, const A: usize, const G: usize>(
     simd: S,
-    (v, further): (&[&[S::f64s]], usize),
+    (v, ahead): (&[&[S::f64s]], RowsAhead<'_>),
     masks: &[S::m64s],
     out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
 ) -> bool {
     match v.len() {
-        1 => group_pass_columns::<S, A, G, 1>(simd, ([v[0]], further), masks, out),
-        2 => group_pass_columns::<S, A, G, 2>(simd, ([v[0], v[1]], further), masks, out),
-        3 => group_pass_columns::<S, A, G, 3>(simd, ([v[0], v[1], v[2]], further), masks, out),
-        _ => {
-            group_pass_columns::<S, A, G, 4>(simd, ([v[0], v[1], v[2], v[3]], further), masks, out)
-        }
+        1 => group_pass_columns::<S, A, G, 1>(simd, ([v[0]], ahead), masks, out),
+        2 => group_pass_columns::<S, A, G, 2>(simd, ([v[0], v[1]], ahead), masks, out),
+        3 => group_pass_columns::<S, A, G, 3>(simd, ([v[0], v[1], v[2]], ahead), masks, out),
+        _ => group_pass_columns::<S, A, G, 4>(simd, ([v[0], v[1], v[2], v[3]], ahead), masks, out),
     }
 }
 
@@ -2378,14 +2379,14 @@ fn group_pass_columns_for<S: Simd, const A: usize, const G: usize>(
 /// sums taken as the lines arrive rather than from L2 afterwards. Each column's group sums
 /// run in [`group_pass`]'s order (vector a of each run of `A` into accumulator a, the same
 /// tree), so they have its bits. `C · G · A` accumulators stay in registers (24 at most).
-/// Where `further` > 0 each column's line `further` vectors on is asked for as a run is summed
-/// ([`crate::block::LOOKAHEAD_ROWS`]: `profile gnb-fit`, `PROFILE_COLD=cs`, medians of 21,
+/// The lines of `ahead` are asked for as the rows pass, one per eight rows (the columns' own
+/// rows further on, [`RowsAhead::further_on`]: `profile gnb-fit`, `PROFILE_COLD=cs`, medians of 21,
 /// two alternated pairs on the Intel Xeon: d = 16, K = 2 7.12, 7.05 → 6.57, 6.63 ms; d = 64,
 /// K = 2 26.3, 26.5 → 24.2, 24.2 ms; `lda-fit 16 2` 9.63, 9.61 → 8.94, 9.21 ms).
 #[inline(always)]
 fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     simd: S,
-    (columns, further): ([&[S::f64s]; C], usize),
+    (columns, ahead): ([&[S::f64s]; C], RowsAhead<'_>),
     masks: &[S::m64s],
     out: &mut [[f64; MAX_GROUPS_PER_PASS]; TOUCHED_COLUMNS],
 ) -> bool {
@@ -2395,15 +2396,10 @@ fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     let mut runs: [_; C] = std::array::from_fn(|c| columns[c][..vectors].chunks_exact(A));
     let mut acc = [[[zero; A]; G]; C];
     let mut negative = simd.less_than_f64s(zero, zero);
-    // Vectors per cache line, for one ask per line.
-    let per_line = (8 / S::F64_LANES).max(1);
+    let run_rows = A * S::F64_LANES;
     for b in 0..vectors / A {
-        if further > 0 {
-            for col in columns {
-                for a in (0..A).step_by(per_line) {
-                    crate::block::prefetch(col, b * A + a + further);
-                }
-            }
+        for row in (b * run_rows..(b + 1) * run_rows).step_by(8) {
+            ahead.ask(row);
         }
         let mb: [&[S::m64s]; G] = std::array::from_fn(|g| &by_group[g][b * A..][..A]);
         for (c, run) in runs.iter_mut().enumerate() {
