@@ -106,6 +106,23 @@ pub fn prefetch<T>(values: &[T], at: usize) {
     let _ = (values, at);
 }
 
+/// As [`prefetch`], into L2 only (`prefetcht1`): for a pass that asks for a whole column while
+/// it works on another from L1, which the requested lines would otherwise push out.
+#[inline(always)]
+pub fn prefetch_to_l2<T>(values: &[T], at: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = values.get(at) {
+        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
+        // SAFETY: as `prefetch`'s.
+        #[allow(unsafe_code)]
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(v).cast());
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (values, at);
+}
+
 /// How far ahead of its rows a chunk's first read from memory asks for the rows it reads next
 /// ([`RowsAhead::further_on`]): 1 KB of each column.
 ///

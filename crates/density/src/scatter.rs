@@ -321,79 +321,76 @@ impl ClassBlocks {
                 },
             )
         });
-        // Whether the group of four columns that `j` is in was checked together: with AVX-512,
-        // four contiguous columns are read side by side for the finiteness check, which is then
-        // their first read and leaves them in cache for the copy by index (against a touch of
-        // the four, then a check of each column before its copy: QDA fit, `PROFILE_COLD=cs`,
-        // medians of 21, five alternated pairs, d = 16, K = 10 7.9–8.2 → 7.6–9.0 ms, medians
-        // 8.05 → 7.79; d = 64, K = 10 47.3–51.3 → 46.4–47.3 ms).
-        let mut checked = false;
         for j in 0..d {
             let col = after.column(block, j, stride);
-            if j % TOUCHED_COLUMNS == 0 {
-                checked = false;
-                #[cfg(target_arch = "x86_64")]
-                {
+            let classes = &self.classes;
+            let src = x.col(j).try_as_col_major().map(|c| c.as_slice());
+            // With AVX-512 the gathers check the values they gather. Except on AMD's Zen 5 and
+            // later, they are each column's first read, and while they gather one column they
+            // ask for the next one's rows into L2, in order, so that its gathers find them
+            // there. Against a first read of four columns side by side for a finiteness check,
+            // then the gathers from cache (Intel Xeon, QDA fit, `PROFILE_COLD=cs`, medians of
+            // 31, four alternated pairs, d = 16, K = 10: 12.61, 12.69, 12.35, 12.75 → 11.77,
+            // 11.89, 12.00, 12.36 ms); without the request the gathers wait on memory and are
+            // as slow as the check. On Zen 5, where the split by order was tuned with that
+            // first read (seventy-sixth round), four columns are still read side by side first.
+            #[cfg(target_arch = "x86_64")]
+            if let (Some(simd), Some(src)) = (gathers, src) {
+                let mut next: &[f64] = &[];
+                if gathers_are_fast() {
                     let last = (j + TOUCHED_COLUMNS).min(d);
-                    if let (Some(simd), Some(srcs)) =
-                        (gathers, crate::block::contiguous_columns(x, j..last))
+                    if j % TOUCHED_COLUMNS == 0
+                        && let Some(srcs) = crate::block::contiguous_columns(x, j..last)
                     {
                         finite &= simd.vectorize(
                             #[inline(always)]
                             || columns_are_finite_v4(simd, &srcs),
                         );
-                        checked = true;
                     }
+                } else if j + 1 < d {
+                    next = x
+                        .col(j + 1)
+                        .try_as_col_major()
+                        .map_or(&[], |c| c.as_slice());
                 }
-                if !checked {
-                    touch_columns(x, j, x.nrows());
-                }
+                finite &= simd.vectorize(
+                    #[inline(always)]
+                    || {
+                        // SAFETY: every row listed in `ranges` is below `x.nrows()`, `src`'s
+                        // length, and 2^31 (checked above, for `gathers` to be `Some`).
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            gather_by_order_v4(simd, src, order, ranges, classes, col, next)
+                        }
+                    },
+                );
+                after.finish_column(col, classes, means, j, d);
+                continue;
             }
-            finite &= match x.col(j).try_as_col_major() {
+            // Otherwise the chunk's first read is a touch of four columns (four streams in
+            // flight), then each column is checked in order, with SIMD, before its copy by
+            // index, whose scattered reads then find it in cache.
+            if j % TOUCHED_COLUMNS == 0 {
+                touch_columns(x, j, x.nrows());
+            }
+            finite &= match src {
                 Some(src) => {
-                    // The column is first read in order, with SIMD, for the finiteness check
-                    // (unless its group of four was, above): that streams it from memory at
-                    // full speed and leaves it in cache for the copy by index, whose scattered
-                    // reads would otherwise each wait on memory.
-                    let src = src.as_slice();
-                    let classes = &self.classes;
-                    #[cfg(target_arch = "x86_64")]
-                    let gathered = gathers.map(|simd| {
-                        simd.vectorize(
-                            #[inline(always)]
-                            || {
-                                let finite = checked || all_finite(src);
-                                // SAFETY: every row listed in `ranges` is below `x.nrows()`,
-                                // `src`'s length, and 2^31 (checked above, for `gathers` to be
-                                // `Some`).
-                                #[allow(unsafe_code)]
-                                unsafe {
-                                    gather_by_order_v4(simd, src, order, ranges, classes, col)
-                                };
-                                finite
-                            },
-                        )
-                    });
-                    #[cfg(not(target_arch = "x86_64"))]
-                    let gathered = None;
-                    gathered.unwrap_or_else(|| {
-                        let finite = pulp::Arch::new().dispatch(
-                            #[inline(always)]
-                            || all_finite(src),
-                        );
-                        place_by_order(|r| src[r], order, ranges, classes, col);
-                        finite
-                    })
+                    let finite = pulp::Arch::new().dispatch(
+                        #[inline(always)]
+                        || all_finite(src),
+                    );
+                    place_by_order(|r| src[r], order, ranges, classes, col);
+                    finite
                 }
                 None => {
-                    place_by_order(|r| x[(r, j)], order, ranges, &self.classes, col);
+                    place_by_order(|r| x[(r, j)], order, ranges, classes, col);
                     let listed = ranges
                         .iter()
                         .flat_map(|&(start, len)| &order[start..start + len]);
                     listed.fold(true, |a, &r| a & (x[(r as usize, j)].abs() < f64::INFINITY))
                 }
             };
-            after.finish_column(col, &self.classes, means, j, d);
+            after.finish_column(col, classes, means, j, d);
         }
         finite
     }
@@ -1509,7 +1506,8 @@ fn place_by_order(
 
 /// [`place_by_order`] from a contiguous column `src` with AVX-512: eight rows of a class at a
 /// time by one gather (`vgatherdpd`, 32-bit offsets), the rows after its last whole eight one
-/// at a time; the same values.
+/// at a time; the same values. Returns whether every value it placed is finite. As it goes it
+/// asks for `next` (the column the caller splits next) into L2, one line per gather, in order.
 ///
 /// # Safety
 /// Every row listed in `ranges` (`order[start..start + len]`) must be below `src.len()` and
@@ -1524,7 +1522,13 @@ unsafe fn gather_by_order_v4(
     ranges: &[(usize, usize)],
     classes: &[(usize, usize)],
     col: &mut [f64],
-) {
+    next: &[f64],
+) -> bool {
+    use pulp::Simd;
+    // The next line of `next` to ask for, as an index of its values.
+    let mut asked = 0;
+    let mut check = simd.splat_f64s(0.0);
+    let mut finite = true;
     for (&(start, len), &(first, _)) in ranges.iter().zip(classes) {
         let rows = &order[start..start + len];
         let dst = &mut col[first..first + len];
@@ -1534,6 +1538,8 @@ unsafe fn gather_by_order_v4(
             .zip(rows[..whole].chunks_exact(8))
         {
             let r: [u32; 8] = std::array::from_fn(|i| r[i]);
+            crate::block::prefetch_to_l2(next, asked);
+            asked += 8;
             // SAFETY: each of the eight rows is below `src.len()` and 2^31 (this function's
             // contract), so each load is inside `src`; AVX-512 is enabled (this runs inside
             // `V4`).
@@ -1541,13 +1547,21 @@ unsafe fn gather_by_order_v4(
                 simd.avx512f
                     ._mm512_i32gather_pd::<8>(pulp::cast(r), src.as_ptr())
             };
+            check = check_finite(simd, check, pulp::cast(v));
             o.copy_from_slice(&pulp::cast::<_, [f64; 8]>(v));
         }
         for (o, &r) in dst[whole..].iter_mut().zip(&rows[whole..]) {
             *o = src[r as usize];
+            finite &= o.abs() < f64::INFINITY;
         }
     }
+    // The lines the gathers did not reach (one fewer gather per class with a part of eight).
+    while asked < next.len() {
+        crate::block::prefetch_to_l2(next, asked);
+        asked += 8;
+    }
     zero_padding(classes, col);
+    finite & checked_finite(simd, check)
 }
 
 /// Centres each class's run of a [`ClassBlocks`] column (its padding zeroed) at its mean, and
@@ -3441,12 +3455,24 @@ mod tests {
                     let labels: Vec<usize> = (0..n).map(|i| i % k).collect();
                     let layouts = crate::test_layouts::Layouts::new(bad.as_ref());
                     let order: Vec<u32> = (0..n as u32).collect();
+                    // The rows listed class by class, so that the bad row is in a class's
+                    // whole groups of 8 or in its tail, depending on n and k.
+                    let by_class: Vec<u32> = (0..k)
+                        .flat_map(|c| (0..n as u32).filter(move |&i| i as usize % k == c))
+                        .collect();
+                    let mut ranges = Vec::new();
+                    for c in 0..k {
+                        let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
+                        ranges.push((start, (0..n).filter(|&i| i % k == c).count()));
+                    }
                     for view in layouts.views(bad.as_ref()) {
                         let what = format!("d={d} n={n} k={k} row {row} column {col}: {v}");
                         assert!(!blocks.split(view, &labels, k), "{what}");
                         assert!(!blocks.split_centred(view, &labels, k), "centred: {what}");
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
+                        let by_class = blocks.split_by_order_centred(view, &by_class, &ranges);
+                        assert!(!by_class, "by order, class by class: {what}");
                     }
                 }
             }
