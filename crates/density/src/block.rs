@@ -92,16 +92,7 @@ pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
 #[inline(always)]
 pub fn prefetch<T>(values: &[T], at: usize) {
     #[cfg(target_arch = "x86_64")]
-    if let Some(v) = values.get(at) {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE, the instruction's only feature, is in every x86-64 CPU; a prefetch
-        // changes nothing the program can read and cannot fault (here the address is inside
-        // `values` anyway).
-        #[allow(unsafe_code)]
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(v).cast());
-        }
-    }
+    prefetch_with_hint::<{ std::arch::x86_64::_MM_HINT_T0 }, T>(values, at);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (values, at);
 }
@@ -111,16 +102,24 @@ pub fn prefetch<T>(values: &[T], at: usize) {
 #[inline(always)]
 pub fn prefetch_to_l2<T>(values: &[T], at: usize) {
     #[cfg(target_arch = "x86_64")]
-    if let Some(v) = values.get(at) {
-        use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-        // SAFETY: as `prefetch`'s.
-        #[allow(unsafe_code)]
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T1>(std::ptr::from_ref(v).cast());
-        }
-    }
+    prefetch_with_hint::<{ std::arch::x86_64::_MM_HINT_T1 }, T>(values, at);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (values, at);
+}
+
+/// `prefetch` with the cache level `HINT` (`_mm_prefetch`'s strategy).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_with_hint<const HINT: i32, T>(values: &[T], at: usize) {
+    if let Some(v) = values.get(at) {
+        // SAFETY: SSE, the instruction's only feature, is in every x86-64 CPU; a prefetch
+        // changes nothing the program can read and cannot fault (here the address is inside
+        // `values` anyway).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<HINT>(std::ptr::from_ref(v).cast());
+        }
+    }
 }
 
 /// How far ahead of its rows a chunk's first read from memory asks for the rows it reads next
