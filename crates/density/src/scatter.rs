@@ -2715,6 +2715,18 @@ mod tests {
     use rand::SeedableRng;
     use rand_distr::{Distribution, StandardNormal};
 
+    /// The rows of `labels` listed class by class (each class's rows in order) and each
+    /// class's `(start, len)` in that list: the `order` and `ranges` of a split by order.
+    fn listed_by_class(labels: &[usize], k: usize) -> (Vec<u32>, Vec<(usize, usize)>) {
+        let (mut order, mut ranges) = (Vec::new(), Vec::new());
+        for c in 0..k {
+            let start = order.len();
+            order.extend((0..labels.len() as u32).filter(|&i| labels[i as usize] == c));
+            ranges.push((start, order.len() - start));
+        }
+        (order, ranges)
+    }
+
     /// A mean and scatter with the bits of `want`, entry by entry.
     fn assert_same_bits(got: &(Vec<f64>, Vec<f64>), want: &(Vec<f64>, Vec<f64>), what: &str) {
         for (a, b) in got.0.iter().chain(&got.1).zip(want.0.iter().chain(&want.1)) {
@@ -3360,15 +3372,7 @@ mod tests {
                     let labels: Vec<usize> = (0..n)
                         .map(|i| if k == 1 { 0 } else { (i * 7 + i / 5) % (k - 1) })
                         .collect();
-                    let order: Vec<u32> = (0..k)
-                        .flat_map(|c| (0..n).filter(|&i| labels[i] == c).collect::<Vec<_>>())
-                        .map(|i| i as u32)
-                        .collect();
-                    let mut ranges = Vec::new();
-                    for c in 0..k {
-                        let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
-                        ranges.push((start, labels.iter().filter(|&&l| l == c).count()));
-                    }
+                    let (order, ranges) = listed_by_class(&labels, k);
                     let layouts = crate::test_layouts::Layouts::new(x.as_ref());
                     for (which, view) in layouts.views(x.as_ref()).into_iter().enumerate() {
                         if by_order {
@@ -3457,14 +3461,7 @@ mod tests {
                     let order: Vec<u32> = (0..n as u32).collect();
                     // The rows listed class by class, so that the bad row is in a class's
                     // whole groups of 8 or in its tail, depending on n and k.
-                    let by_class: Vec<u32> = (0..k)
-                        .flat_map(|c| (0..n as u32).filter(move |&i| i as usize % k == c))
-                        .collect();
-                    let mut ranges = Vec::new();
-                    for c in 0..k {
-                        let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
-                        ranges.push((start, (0..n).filter(|&i| i % k == c).count()));
-                    }
+                    let (by_class, ranges) = listed_by_class(&labels, k);
                     for view in layouts.views(bad.as_ref()) {
                         let what = format!("d={d} n={n} k={k} row {row} column {col}: {v}");
                         assert!(!blocks.split(view, &labels, k), "{what}");
@@ -3509,12 +3506,7 @@ mod tests {
                     let members: Vec<Vec<usize>> = (0..k)
                         .map(|c| (0..n).filter(|&i| labels[i] == c).collect())
                         .collect();
-                    let mut ranges = Vec::new();
-                    for m in &members {
-                        let start = ranges.iter().map(|&(_, len): &(usize, usize)| len).sum();
-                        ranges.push((start, m.len()));
-                    }
-                    let order: Vec<u32> = members.concat().iter().map(|&i| i as u32).collect();
+                    let (order, ranges) = listed_by_class(&labels, k);
                     let split = |blocks: &mut ClassBlocks| {
                         if by_order {
                             blocks.split_by_order(x.as_ref(), &order, &ranges)
