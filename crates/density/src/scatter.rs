@@ -272,7 +272,7 @@ impl ClassBlocks {
         order: &[u32],
         ranges: &[(usize, usize)],
     ) -> bool {
-        self.split_by_order_body(x, order, ranges, AfterColumn::Keep)
+        self.split_by_order_body(x, order, ranges, AfterColumn::Keep, (&[], &[]))
     }
 
     /// As [`ClassBlocks::split_by_order`], and each class's rows centred at its mean as each
@@ -286,7 +286,20 @@ impl ClassBlocks {
         order: &[u32],
         ranges: &[(usize, usize)],
     ) -> bool {
-        self.split_by_order_body(x, order, ranges, AfterColumn::Centre)
+        self.split_by_order_body(x, order, ranges, AfterColumn::Centre, (&[], &[]))
+    }
+
+    /// As [`ClassBlocks::split_by_order_centred`], asking for `after_last` (the first column and
+    /// the labels of the chunk split next) into L2 while it gathers its own last column, as it
+    /// asks for each next column of its own (with AVX-512). The same values in the same places.
+    pub fn split_by_order_centred_then(
+        &mut self,
+        x: MatRef<'_, f64>,
+        order: &[u32],
+        ranges: &[(usize, usize)],
+        after_last: (&[f64], &[usize]),
+    ) -> bool {
+        self.split_by_order_body(x, order, ranges, AfterColumn::Centre, after_last)
     }
 
     fn split_by_order_body(
@@ -295,6 +308,7 @@ impl ClassBlocks {
         order: &[u32],
         ranges: &[(usize, usize)],
         after: AfterColumn,
+        after_last: (&[f64], &[usize]),
     ) -> bool {
         let d = x.ncols();
         self.lay_out(d, ranges.iter().map(|&(_, len)| len), &after);
@@ -302,6 +316,8 @@ impl ClassBlocks {
         let block = crate::block::aligned_prefix(&mut self.buf, cols * stride);
         let means = &mut self.means;
         let mut finite = true;
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = after_last;
         // AVX-512 gathers eight rows per instruction where the scalar copy takes a load of the
         // index, a load of the value and a store for each; they may read only inside the
         // column, so every listed row is checked to be in it first, once for all columns.
@@ -332,11 +348,16 @@ impl ClassBlocks {
             // then the gathers from cache (Intel Xeon, QDA fit, `PROFILE_COLD=cs`, medians of
             // 31, four alternated pairs, d = 16, K = 10: 12.61, 12.69, 12.35, 12.75 → 11.77,
             // 11.89, 12.00, 12.36 ms); without the request the gathers wait on memory and are
-            // as slow as the check. On Zen 5, where the split by order was tuned with that
-            // first read (seventy-sixth round), four columns are still read side by side first.
+            // as slow as the check. While they gather the last column they ask for the first
+            // column and the labels of the chunk split next (`after_last`), whose reads
+            // otherwise waited on memory: QDA fit d = 16, K = 10, medians of 31, seven
+            // alternated pairs: 12.42, 12.53, 12.23, 12.49, 12.86, 12.03, 11.68 → 12.42, 12.22,
+            // 11.86, 12.37, 12.29, 11.59, 11.70 ms. On Zen 5, where the split by order was
+            // tuned with that first read (seventy-sixth round), four columns are still read
+            // side by side first.
             #[cfg(target_arch = "x86_64")]
             if let (Some(simd), Some(src)) = (gathers, src) {
-                let mut next: &[f64] = &[];
+                let (mut next, mut next_labels): (&[f64], &[usize]) = (&[], &[]);
                 if gathers_are_fast() {
                     let last = (j + TOUCHED_COLUMNS).min(d);
                     if j % TOUCHED_COLUMNS == 0
@@ -352,6 +373,8 @@ impl ClassBlocks {
                         .col(j + 1)
                         .try_as_col_major()
                         .map_or(&[], |c| c.as_slice());
+                } else {
+                    (next, next_labels) = after_last;
                 }
                 finite &= simd.vectorize(
                     #[inline(always)]
@@ -360,7 +383,16 @@ impl ClassBlocks {
                         // length, and 2^31 (checked above, for `gathers` to be `Some`).
                         #[allow(unsafe_code)]
                         unsafe {
-                            gather_by_order_v4(simd, src, order, ranges, classes, col, next)
+                            gather_by_order_v4(
+                                simd,
+                                src,
+                                order,
+                                ranges,
+                                classes,
+                                col,
+                                next,
+                                next_labels,
+                            )
                         }
                     },
                 );
@@ -1507,7 +1539,8 @@ fn place_by_order(
 /// [`place_by_order`] from a contiguous column `src` with AVX-512: eight rows of a class at a
 /// time by one gather (`vgatherdpd`, 32-bit offsets), the rows after its last whole eight one
 /// at a time; the same values. Returns whether every value it placed is finite. As it goes it
-/// asks for `next` (the column the caller splits next) into L2, one line per gather, in order.
+/// asks for `next` (the column the caller splits next) into L2, one line per gather, in order,
+/// and a line of `next_labels` beside each (the next chunk's, while its last column is split).
 ///
 /// # Safety
 /// Every row listed in `ranges` (`order[start..start + len]`) must be below `src.len()` and
@@ -1523,6 +1556,7 @@ unsafe fn gather_by_order_v4(
     classes: &[(usize, usize)],
     col: &mut [f64],
     next: &[f64],
+    next_labels: &[usize],
 ) -> bool {
     use pulp::Simd;
     // The next line of `next` to ask for, as an index of its values.
@@ -1539,6 +1573,7 @@ unsafe fn gather_by_order_v4(
         {
             let r: [u32; 8] = std::array::from_fn(|i| r[i]);
             crate::block::prefetch_to_l2(next, asked);
+            crate::block::prefetch_to_l2(next_labels, asked);
             asked += 8;
             // SAFETY: each of the eight rows is below `src.len()` and 2^31 (this function's
             // contract), so each load is inside `src`; AVX-512 is enabled (this runs inside
@@ -1556,8 +1591,9 @@ unsafe fn gather_by_order_v4(
         }
     }
     // The lines the gathers did not reach (one fewer gather per class with a part of eight).
-    while asked < next.len() {
+    while asked < next.len().max(next_labels.len()) {
         crate::block::prefetch_to_l2(next, asked);
+        crate::block::prefetch_to_l2(next_labels, asked);
         asked += 8;
     }
     zero_padding(classes, col);
@@ -3419,8 +3455,18 @@ mod tests {
                             assert_same_bits(&got, &want, &what);
                             wants.push(want);
                         }
-                        // Centred as it is split: the same bits, the empty class included.
-                        assert!(if by_order {
+                        // Centred as it is split: the same bits, the empty class included,
+                        // whatever it asks for after its last column (here slices of other
+                        // lengths than the chunk's, for odd n).
+                        let (after, after_labels) = (vec![1.5; n + 9], vec![3usize; n / 2]);
+                        assert!(if by_order && n % 2 == 1 {
+                            blocks.split_by_order_centred_then(
+                                view,
+                                &order,
+                                &ranges,
+                                (&after, &after_labels),
+                            )
+                        } else if by_order {
                             blocks.split_by_order_centred(view, &order, &ranges)
                         } else {
                             blocks.split_centred(view, &labels, k)

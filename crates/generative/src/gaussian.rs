@@ -919,7 +919,12 @@ impl Checked<GaussianParams> {
             } else {
                 groups.regroup(labels, k);
                 let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                blocks.split_by_order_centred(chunk.x, groups.order(), &ranges)
+                blocks.split_by_order_centred_then(
+                    chunk.x,
+                    groups.order(),
+                    &ranges,
+                    (chunk.next_first_column, chunk.next_labels),
+                )
             };
             if !finite {
                 // The check names the first non-finite value.
@@ -2065,6 +2070,8 @@ mod tests {
             prechecked: false,
             weight_totals: None,
             ahead: density::block::RowsAhead::NONE,
+            next_first_column: &[],
+            next_labels: &[],
         }
     }
 

@@ -309,6 +309,13 @@ pub struct Chunk<'a> {
     /// The rows (and labels) the worker reads next, for a pass over this chunk in cache to ask
     /// for as it goes ([`density::block::RowsAhead`]); none where the next is not known.
     pub ahead: RowsAhead<'a>,
+    /// The first column of the chunk the worker reads next (its rows of it), at any number of
+    /// features: a chunk's first read that works column by column asks for it while it reads
+    /// its own last column. Empty where the next chunk is not known or not column-major.
+    pub next_first_column: &'a [f64],
+    /// The labels of the chunk the worker reads next, when it is labeled (else empty), asked
+    /// for with [`Chunk::next_first_column`].
+    pub next_labels: &'a [usize],
 }
 
 /// Checks shapes shared by all sets (same d, same K, resp rows = x rows, at least one row) and
@@ -556,6 +563,23 @@ where
         Some((d, labels)) => RowsAhead::new(&columns[..d], labels),
         None => RowsAhead::NONE,
     };
+    let next_first_column = next
+        .and_then(|(s, r0)| {
+            let set = &sets[s];
+            let rows = r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0);
+            let column = set.x.col(0).try_as_col_major()?.as_slice();
+            column.get(rows)
+        })
+        .unwrap_or(&[]);
+    let next_labels = next
+        .and_then(|(s, r0)| {
+            let set = &sets[s];
+            let Responsibilities::Labels { labels, .. } = set.resp else {
+                return None;
+            };
+            labels.get(r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0))
+        })
+        .unwrap_or(&[]);
     // Rows of another layout (row-major, as read from a CSV file) are copied column-major
     // first: every kernel reads columns.
     with_column_major(set.x.subrows(r0, b), |x| match set.resp {
@@ -570,6 +594,8 @@ where
                 prechecked: set.prechecked,
                 weight_totals: None,
                 ahead,
+                next_first_column,
+                next_labels,
             },
         ),
         Responsibilities::Labels { labels, n_classes } => {
@@ -608,6 +634,8 @@ where
                     prechecked: set.prechecked,
                     weight_totals: None,
                     ahead,
+                    next_first_column,
+                    next_labels,
                 },
             )
         }
@@ -1166,5 +1194,65 @@ mod tests {
         }
         let none = gather_rows(x.as_ref(), &[], &mut buf);
         assert_eq!((none.nrows(), none.ncols()), (0, 3));
+    }
+
+    /// Each chunk of a labeled fold carries the first column and the labels of the chunk its
+    /// worker reads next: the next chunk of its run, or the first of the next run, across sets;
+    /// the last chunk of all carries none.
+    #[test]
+    fn chunks_carry_the_first_column_and_labels_of_the_chunk_read_next() {
+        let sizes = [5 * CHUNK_ROWS + 17, CHUNK_ROWS / 2];
+        let xs: Vec<Mat<f64>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(s, &n)| Mat::from_fn(n, 3, |i, j| (1_000_000 * s + 10 * i + j) as f64))
+            .collect();
+        let labels: Vec<Vec<usize>> = sizes
+            .iter()
+            .map(|&n| (0..n).map(|i| (i * 7) % 3).collect())
+            .collect();
+        let sets: Vec<WeightedRows<'_>> = xs
+            .iter()
+            .zip(&labels)
+            .map(|(x, l)| WeightedRows::labeled(x.as_ref(), l, 3))
+            .collect();
+        let shape = Runs {
+            longest: 2,
+            partial_bytes: 0,
+        };
+        let seen = fold_chunks_by_label_with(
+            &sets,
+            shape,
+            || (),
+            |_, chunk| {
+                let next_first = chunk.next_first_column.first().copied();
+                let next_label = chunk.next_labels.first().copied();
+                let len = (chunk.next_first_column.len(), chunk.next_labels.len());
+                Ok(vec![(
+                    chunk.set,
+                    chunk.first_row,
+                    next_first,
+                    next_label,
+                    len,
+                )])
+            },
+            |_, acc: &mut Vec<_>, part| acc.extend(part),
+        )
+        .unwrap();
+        let chunks: Vec<_> = seen.into_iter().flatten().collect();
+        let starts = chunk_starts(&sets);
+        assert_eq!(chunks.len(), starts.len());
+        for (q, &(s, r0, next_first, next_label, len)) in chunks.iter().enumerate() {
+            assert_eq!((s, r0), starts[q]);
+            match starts.get(q + 1) {
+                Some(&(t, r1)) => {
+                    let rows = CHUNK_ROWS.min(sizes[t] - r1);
+                    assert_eq!(next_first, Some(xs[t][(r1, 0)]), "chunk {q}");
+                    assert_eq!(next_label, Some(labels[t][r1]), "chunk {q}");
+                    assert_eq!(len, (rows, rows), "chunk {q}");
+                }
+                None => assert_eq!((next_first, next_label, len), (None, None, (0, 0))),
+            }
+        }
     }
 }

@@ -766,6 +766,8 @@ where
                     prechecked: true,
                     weight_totals: Some(&totals),
                     ahead: density::block::RowsAhead::NONE,
+                    next_first_column: &[],
+                    next_labels: &[],
                 };
                 fit.chunk_partial(scratch, chunk, d, k)
             });
