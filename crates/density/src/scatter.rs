@@ -376,6 +376,11 @@ impl ClassBlocks {
                 } else {
                     (next, next_labels) = after_last;
                 }
+                // Centred, each class is summed and centred as soon as it is gathered, from L1.
+                let centre = match after {
+                    AfterColumn::Centre => Some((&mut means[..], j, d)),
+                    AfterColumn::Keep => None,
+                };
                 finite &= simd.vectorize(
                     #[inline(always)]
                     || {
@@ -390,13 +395,12 @@ impl ClassBlocks {
                                 ranges,
                                 classes,
                                 col,
-                                next,
-                                next_labels,
+                                (next, next_labels),
+                                centre,
                             )
                         }
                     },
                 );
-                after.finish_column(col, classes, means, j, d);
                 continue;
             }
             // Otherwise the chunk's first read is a touch of four columns (four streams in
@@ -1541,6 +1545,11 @@ fn place_by_order(
 /// at a time; the same values. Returns whether every value it placed is finite. As it goes it
 /// asks for `next` (the column the caller splits next) into L2, one line per gather, in order,
 /// and a line of `next_labels` beside each (the next chunk's, while its last column is split).
+/// With `centre` (the means, column j of d), each class is summed as it is gathered, with
+/// `unit_sum`'s additions in its order, and centred at its mean right after, from L1: what
+/// [`centre_classes`] does to the column afterwards, the same bits. Why: that second pass read
+/// each class's run back for its sum; fused, QDA's fit at d = 16, K = 10 took 8% less time
+/// (12.02, 11.97, 12.09, 11.99 → 11.00, 10.98, 11.27, 10.47 ms, medians of 31 from memory).
 ///
 /// # Safety
 /// Every row listed in `ranges` (`order[start..start + len]`) must be below `src.len()` and
@@ -1555,18 +1564,22 @@ unsafe fn gather_by_order_v4(
     ranges: &[(usize, usize)],
     classes: &[(usize, usize)],
     col: &mut [f64],
-    next: &[f64],
-    next_labels: &[usize],
+    (next, next_labels): (&[f64], &[usize]),
+    mut centre: Option<(&mut [f64], usize, usize)>,
 ) -> bool {
     use pulp::Simd;
     // The next line of `next` to ask for, as an index of its values.
     let mut asked = 0;
     let mut check = simd.splat_f64s(0.0);
     let mut finite = true;
-    for (&(start, len), &(first, _)) in ranges.iter().zip(classes) {
+    for (c, (&(start, len), &(first, _))) in ranges.iter().zip(classes).enumerate() {
         let rows = &order[start..start + len];
         let dst = &mut col[first..first + len];
         let whole = len / 8 * 8;
+        // The class's sums as `unit_sum` takes them, vector t into chain t mod 4: `sums[0]` is
+        // the next vector's chain, the chains rotated after each (in registers), and put back in
+        // order at the end.
+        let mut sums = [simd.splat_f64s(0.0); 4];
         for (o, r) in dst[..whole]
             .chunks_exact_mut(8)
             .zip(rows[..whole].chunks_exact(8))
@@ -1583,11 +1596,39 @@ unsafe fn gather_by_order_v4(
                     ._mm512_i32gather_pd::<8>(pulp::cast(r), src.as_ptr())
             };
             check = check_finite(simd, check, pulp::cast(v));
+            if centre.is_some() {
+                let [s0, s1, s2, s3] = sums;
+                sums = [s1, s2, s3, simd.add_f64s(s0, pulp::cast(v))];
+            }
             o.copy_from_slice(&pulp::cast::<_, [f64; 8]>(v));
         }
-        for (o, &r) in dst[whole..].iter_mut().zip(&rows[whole..]) {
+        let mut tail = [0.0; 8];
+        for ((o, t), &r) in dst[whole..].iter_mut().zip(&mut tail).zip(&rows[whole..]) {
             *o = src[r as usize];
+            *t = *o;
             finite &= o.abs() < f64::INFINITY;
+        }
+        if let Some((means, j, d)) = centre.as_mut() {
+            // The tail's vector with the zeros of the class's padding, as `unit_sum` reads it.
+            let mut vectors = whole / 8;
+            if whole < len {
+                let [s0, s1, s2, s3] = sums;
+                sums = [s1, s2, s3, simd.add_f64s(s0, pulp::cast(tail))];
+                vectors += 1;
+            }
+            let [s0, s1, s2, s3] = sums;
+            sums = match vectors % 4 {
+                0 => [s0, s1, s2, s3],
+                1 => [s3, s0, s1, s2],
+                2 => [s2, s3, s0, s1],
+                _ => [s1, s2, s3, s0],
+            };
+            let m = match len {
+                0 => 0.0,
+                _ => fold_unit_sums(simd, sums) / len as f64,
+            };
+            means[c * *d + *j] = m;
+            dst.iter_mut().for_each(|v| *v -= m);
         }
     }
     // The lines the gathers did not reach (one fewer gather per class with a part of eight).
@@ -2368,6 +2409,12 @@ fn unit_sum<S: pulp::Simd>(simd: S, y: &[S::f64s]) -> f64 {
     for (l, b) in yr.iter().enumerate() {
         acc[l] = simd.add_f64s(acc[l], *b);
     }
+    fold_unit_sums(simd, acc)
+}
+
+/// [`unit_sum`]'s four chains reduced to their sum, in its fixed order.
+#[inline(always)]
+fn fold_unit_sums<S: pulp::Simd>(simd: S, acc: [S::f64s; 4]) -> f64 {
     let s = simd.add_f64s(simd.add_f64s(acc[0], acc[1]), simd.add_f64s(acc[2], acc[3]));
     simd.reduce_sum_f64s(s)
 }
@@ -3426,7 +3473,12 @@ mod tests {
         for d in [1usize, 3, 4, 9, 16] {
             for n in [1usize, 7, 8, 9, 100, 1029] {
                 let mut g = || -> f64 { StandardNormal.sample(&mut rng) };
-                let x = Mat::from_fn(n, d, |_, j| 1e3 + j as f64 + g());
+                // The last column's magnitudes range over twelve orders, so that sums taken in
+                // another order or association than the reference's differ in their bits.
+                let x = Mat::from_fn(n, d, |i, j| match j + 1 == d && d > 1 {
+                    true => g() * 10f64.powi(3 * (i % 5) as i32),
+                    false => 1e3 + j as f64 + g(),
+                });
                 for (k, by_order) in (1..=MAX_PACKED_CLASSES)
                     .flat_map(|k| [(k, false), (k, true)])
                     .chain([(7, true)])
