@@ -280,19 +280,10 @@ impl ClassBlocks {
     /// [`ClassBlocks::mean_and_scatter`] and [`ClassBlocks::means_and_pooled_scatter`] give the
     /// bits they give after `split_by_order`, without a pass of their own over the blocks to
     /// take the means and centre them (at d = 64 a chunk's blocks are 2 MB, the whole L2).
+    /// With AVX-512 it asks for `after_last` (the first column and the labels of the chunk split
+    /// next; empty for none) into L2 while it gathers its own last column, as it asks for each
+    /// next column of its own; the same values in the same places.
     pub fn split_by_order_centred(
-        &mut self,
-        x: MatRef<'_, f64>,
-        order: &[u32],
-        ranges: &[(usize, usize)],
-    ) -> bool {
-        self.split_by_order_body(x, order, ranges, AfterColumn::Centre, (&[], &[]))
-    }
-
-    /// As [`ClassBlocks::split_by_order_centred`], asking for `after_last` (the first column and
-    /// the labels of the chunk split next) into L2 while it gathers its own last column, as it
-    /// asks for each next column of its own (with AVX-512). The same values in the same places.
-    pub fn split_by_order_centred_then(
         &mut self,
         x: MatRef<'_, f64>,
         order: &[u32],
@@ -3539,14 +3530,14 @@ mod tests {
                         // lengths than the chunk's, for odd n).
                         let (after, after_labels) = (vec![1.5; n + 9], vec![3usize; n / 2]);
                         assert!(if by_order && n % 2 == 1 {
-                            blocks.split_by_order_centred_then(
+                            blocks.split_by_order_centred(
                                 view,
                                 &order,
                                 &ranges,
                                 (&after, &after_labels),
                             )
                         } else if by_order {
-                            blocks.split_by_order_centred(view, &order, &ranges)
+                            blocks.split_by_order_centred(view, &order, &ranges, (&[], &[]))
                         } else {
                             blocks.split_centred(view, &labels, k)
                         });
@@ -3593,7 +3584,8 @@ mod tests {
                         assert!(!blocks.split_centred(view, &labels, k), "centred: {what}");
                         let by_order = blocks.split_by_order(view, &order, &[(0, n)]);
                         assert!(!by_order, "by order: d={d} n={n} row {row}: {v}");
-                        let by_class = blocks.split_by_order_centred(view, &by_class, &ranges);
+                        let by_class =
+                            blocks.split_by_order_centred(view, &by_class, &ranges, (&[], &[]));
                         assert!(!by_class, "by order, class by class: {what}");
                     }
                 }
@@ -3667,7 +3659,7 @@ mod tests {
                     // gaps between classes may hold an earlier case's rows).
                     assert!(split(&mut blocks));
                     assert!(if by_order {
-                        blocks.split_by_order_centred(x.as_ref(), &order, &ranges)
+                        blocks.split_by_order_centred(x.as_ref(), &order, &ranges, (&[], &[]))
                     } else {
                         blocks.split_centred(x.as_ref(), &labels, k)
                     });

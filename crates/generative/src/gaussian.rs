@@ -919,7 +919,7 @@ impl Checked<GaussianParams> {
             } else {
                 groups.regroup(labels, k);
                 let ranges: Vec<(usize, usize)> = (0..k).map(|c| groups.range(c)).collect();
-                blocks.split_by_order_centred_then(
+                blocks.split_by_order_centred(
                     chunk.x,
                     groups.order(),
                     &ranges,
