@@ -544,40 +544,43 @@ where
 {
     let set = &sets[s];
     let b = CHUNK_ROWS.min(set.x.nrows() - r0);
-    // The next chunk's columns, when they are contiguous and few (on the stack), with its
-    // labels.
-    let mut columns: [&[f64]; READ_AHEAD_MAX_FEATURES] = [&[]; READ_AHEAD_MAX_FEATURES];
-    let next_rows = next.and_then(|(s, r0)| {
+    // The chunk the worker reads next: its set and rows, and its labels when it is labeled.
+    let next_chunk = next.map(|(s, r0)| {
         let set = &sets[s];
-        let d = set.x.ncols();
-        let Responsibilities::Labels { labels, .. } = set.resp else {
-            return None;
-        };
-        let rows = r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0);
-        for (j, column) in columns.get_mut(..d)?.iter_mut().enumerate() {
-            *column = &set.x.col(j).try_as_col_major()?.as_slice()[rows.clone()];
-        }
-        Some((d, &labels[rows]))
+        (set, r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0))
     });
-    let ahead = match next_rows {
-        Some((d, labels)) => RowsAhead::new(&columns[..d], labels),
+    let next_labels: &[usize] = match &next_chunk {
+        Some((set, rows)) => match set.resp {
+            Responsibilities::Labels { labels, .. } => labels.get(rows.clone()).unwrap_or(&[]),
+            Responsibilities::Dense(_) => &[],
+        },
+        None => &[],
+    };
+    // Its columns, when it is labeled and they are contiguous and few (on the stack).
+    let mut columns: [&[f64]; READ_AHEAD_MAX_FEATURES] = [&[]; READ_AHEAD_MAX_FEATURES];
+    let ahead_columns = next_chunk
+        .as_ref()
+        .filter(|_| !next_labels.is_empty())
+        .and_then(|(set, rows)| {
+            let d = set.x.ncols();
+            for (j, column) in columns.get_mut(..d)?.iter_mut().enumerate() {
+                *column = &set.x.col(j).try_as_col_major()?.as_slice()[rows.clone()];
+            }
+            Some(d)
+        });
+    let ahead = match ahead_columns {
+        Some(d) => RowsAhead::new(&columns[..d], next_labels),
         None => RowsAhead::NONE,
     };
-    let next_first_column = next
-        .and_then(|(s, r0)| {
-            let set = &sets[s];
-            let rows = r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0);
-            let column = set.x.col(0).try_as_col_major()?.as_slice();
-            column.get(rows)
-        })
-        .unwrap_or(&[]);
-    let next_labels = next
-        .and_then(|(s, r0)| {
-            let set = &sets[s];
-            let Responsibilities::Labels { labels, .. } = set.resp else {
-                return None;
-            };
-            labels.get(r0..r0 + CHUNK_ROWS.min(set.x.nrows() - r0))
+    let next_first_column = next_chunk
+        .as_ref()
+        .filter(|(set, _)| set.x.ncols() > 0)
+        .and_then(|(set, rows)| {
+            set.x
+                .col(0)
+                .try_as_col_major()?
+                .as_slice()
+                .get(rows.clone())
         })
         .unwrap_or(&[]);
     // Rows of another layout (row-major, as read from a CSV file) are copied column-major
