@@ -1968,7 +1968,11 @@ pub fn split_packs(k: usize) -> bool {
 /// touch first → none: d = 16 6.0, 6.1, 6.3 → 6.5, 6.5, 6.6 ms; d = 64 38.3, 38.1, 41.4 →
 /// 41.4, 41.6, 41.2 ms); at four, within noise (7.2, 7.2, 7.4 → 7.0, 7.0, 6.9 ms). Elsewhere
 /// the packing as the first read was the faster (QDA fit at 2f59fb8, d = 16, K = 2 0.0147 →
-/// 0.0118 s against a touch first).
+/// 0.0118 s against a touch first), and on the Zen 4 EPYC of the eighty-fourth round, where the
+/// gathers are slow (in L2 9.3–9.6 TSC ticks for eight values, against 7 for eight scalar
+/// copies): touching first there (medians of 21, four alternated pairs) took `qda-fit 16 10`
+/// 12.05, 10.11, 11.50, 21.06 → 11.77, 13.82, 22.85, 13.85 ms and `lda-fit 16 10` 9.41, 8.22,
+/// 9.10, 9.65 → 8.26, 8.94, 13.53, 13.31 ms on a noisy host.
 ///
 /// Where it touches, only a chunk's first four columns are touched: each later four are asked
 /// for while the four before them are packed (seventy-seventh round, `profile qda-fit`,

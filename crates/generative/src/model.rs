@@ -767,7 +767,11 @@ const STREAMED_OUTPUT_BYTES: usize = 16 << 20;
 /// buffer in 4.4 ms with plain stores and 2.35 ms with non-temporal ones, and `predict_proba`
 /// at d = 2, K = 10 took 6.5–6.7 ms streamed against 7.8–8.4 ms. On the Zen 5 EPYC of the
 /// seventy-third round the same streaming from the fused pass was 10–24% slower into a kept
-/// output (BENCHMARKS.md): AMD's plain stores to memory did not pay for their reads there.
+/// output (BENCHMARKS.md): AMD's plain stores to memory did not pay for their reads there. On
+/// the Zen 4 EPYC of the eighty-fourth round neither: two threads wrote 80 MB in 3.25–3.37 ms
+/// with plain stores and 3.21–3.31 ms streamed, and streaming all predictions (`PROFILE_STREAM`,
+/// medians of 21, two alternated pairs) took `gnb-predict-into 2 10` 7.93, 6.49 → 9.77, 7.16 ms
+/// and `lda-predict 2 10` 6.55, 6.00 → 6.79, 9.70 ms.
 fn streams_posteriors(rows: usize, k: usize) -> bool {
     match STREAM_POSTERIORS.load(std::sync::atomic::Ordering::Relaxed) {
         STREAM_ALWAYS => return (2..=density::exp::SOFTMAX_MAX_COLUMNS).contains(&k),
