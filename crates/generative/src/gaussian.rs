@@ -1801,6 +1801,9 @@ struct DiagonalLogJoint<'a> {
     log_norm: &'a [f64],
     /// The b × K log joints, class by class, written by the kernel before it reads them.
     out: Vec<&'a mut [MaybeUninit<f64>]>,
+    /// Rows per block of [`DiagonalLogJoint::run_by_groups`] when it asks for the next group
+    /// ahead ([`prefetched_block_rows`]; any multiple of 8 gives the same bits).
+    prefetched_rows: usize,
 }
 
 /// [`DiagonalLogJoint`] into `out` (b × K), through a column-major copy if `out`'s columns are
@@ -1836,6 +1839,7 @@ pub(crate) fn unwritten_diagonal_log_joints(
         inv_var,
         log_norm,
         out,
+        prefetched_rows: prefetched_block_rows(),
     });
 }
 
@@ -1874,6 +1878,20 @@ const DIAGONAL_BLOCK_ROWS: usize = 512;
 /// while the classes pass over the present one: the present group (8 KB), the next (8 KB) and
 /// ten classes' sums (20 KB) fit in L1 (48 KB here) together.
 const PREFETCHED_BLOCK_ROWS: usize = 256;
+
+/// [`PREFETCHED_BLOCK_ROWS`], halved where the L1 data cache is under 48 KB
+/// ([`density::block::l1_data_bytes`]): there the 36 KB of a block of 256 rows at K = 10 did not
+/// fit. On the Zen 4 EPYC (32 KB; eighty-fourth round, `profile gnb-predict-into`,
+/// `PROFILE_COLD=cs`, medians of 21, six alternated pairs, 256 → 128 rows): d = 16, K = 10
+/// 15.9, 15.7, 14.5, 14.4, 17.5, 17.8 → 13.8, 13.9, 13.9, 15.4, 16.8, 16.9 ms; d = 64, K = 10
+/// 41.6, 40.9, 37.6, 41.2, 41.6, 46.5 → 37.8, 35.8, 37.4, 61.9, 39.0, 36.1 ms. Where the cache
+/// is 48 KB (the Intel Xeons, Zen 5) 256 rows were measured, and kept.
+fn prefetched_block_rows() -> usize {
+    match density::block::l1_data_bytes() {
+        Some(bytes) if bytes < 48 << 10 => PREFETCHED_BLOCK_ROWS / 2,
+        _ => PREFETCHED_BLOCK_ROWS,
+    }
+}
 
 /// Fewest classes for which [`DiagonalLogJoint::run_by_groups`] asks for the next group of
 /// columns ahead. Why: with many classes each group's arithmetic takes longer than its read,
@@ -1919,12 +1937,13 @@ impl DiagonalLogJoint<'_> {
             inv_var,
             log_norm,
             out: mut sums,
+            prefetched_rows,
         } = self;
         let (b, k) = (columns[0].len(), sums.len());
         let half = simd.splat_f64s(0.5);
         let ahead = k >= PREFETCHED_MIN_CLASSES;
         let block_rows = if ahead {
-            PREFETCHED_BLOCK_ROWS
+            prefetched_rows
         } else {
             DIAGONAL_BLOCK_ROWS
         };
@@ -2009,6 +2028,7 @@ impl DiagonalLogJoint<'_> {
             inv_var,
             log_norm,
             mut out,
+            ..
         } = self;
         let (b, k, d) = (
             out.first().map_or(0, |col| col.len()),
@@ -2085,6 +2105,73 @@ mod tests {
     /// statistics or when the chunk reads another ahead. Pooled (LDA), the bits
     /// `PooledStats::from_classes` gives for those classes, refilled or not. Values far from
     /// zero, a class of one row and an empty class.
+    /// Diagonal log joints by groups of columns, asking ahead (K ≥ `PREFETCHED_MIN_CLASSES`),
+    /// have the bits of the formula row by row (Σ_q ((x_q − m_q)² · iv_q + acc), fused, then
+    /// ln − ½ · sum) at any block size, rows after the last whole vector included.
+    #[test]
+    fn diagonal_log_joints_by_groups_have_the_same_bits_at_every_block_size() {
+        let (b, d, k) = (1003, 11, PREFETCHED_MIN_CLASSES + 1);
+        let data: Vec<Vec<f64>> = (0..d)
+            .map(|j| {
+                (0..b)
+                    .map(|i| ((i * 37 + j * 11) % 101) as f64 * 0.37 - 12.0)
+                    .collect()
+            })
+            .collect();
+        let columns: Vec<std::borrow::Cow<'_, [f64]>> = data
+            .iter()
+            .map(|c| std::borrow::Cow::Borrowed(&c[..]))
+            .collect();
+        let means: Vec<f64> = (0..k * d).map(|i| (i % 7) as f64 - 3.1).collect();
+        let inv_var: Vec<f64> = (0..k * d).map(|i| 0.25 + (i % 5) as f64 * 0.3).collect();
+        let log_norm: Vec<f64> = (0..k).map(|c| -1.5 - c as f64).collect();
+        let expected: Vec<Vec<f64>> = (0..k)
+            .map(|c| {
+                (0..b)
+                    .map(|i| {
+                        let mut acc = 0.0f64;
+                        for j in 0..d {
+                            let t = data[j][i] - means[c * d + j];
+                            acc = (t * t).mul_add(inv_var[c * d + j], acc);
+                        }
+                        log_norm[c] - 0.5 * acc
+                    })
+                    .collect()
+            })
+            .collect();
+        for rows in [
+            PREFETCHED_BLOCK_ROWS,
+            PREFETCHED_BLOCK_ROWS / 2,
+            64,
+            prefetched_block_rows(),
+        ] {
+            let mut out = vec![vec![0.0; b]; k];
+            // SAFETY: only values are written.
+            #[allow(unsafe_code)]
+            let unwritten = out
+                .iter_mut()
+                .map(|c| unsafe { density::block::as_unwritten(c) })
+                .collect();
+            pulp::Arch::new().dispatch(DiagonalLogJoint {
+                columns: &columns,
+                means: &means,
+                inv_var: &inv_var,
+                log_norm: &log_norm,
+                out: unwritten,
+                prefetched_rows: rows,
+            });
+            for c in 0..k {
+                for i in 0..b {
+                    assert_eq!(
+                        out[c][i].to_bits(),
+                        expected[c][i].to_bits(),
+                        "class {c}, row {i}, blocks of {rows} rows"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn labeled_full_statistics_of_two_features_by_rows_are_each_class_s_own() {
         let qda = GaussianParams::with_structure(CovarianceStructure::Full)
