@@ -2099,12 +2099,6 @@ mod tests {
         v.iter().map(|x| x.to_bits()).collect()
     }
 
-    /// Labeled full statistics of two features and more classes than the masks take (by rows,
-    /// `grouped_pair_moments_by_rows`): each class's weight, mean and scatter are those of its
-    /// rows gathered, by the two-pass formula, and the same when refilled into another chunk's
-    /// statistics or when the chunk reads another ahead. Pooled (LDA), the bits
-    /// `PooledStats::from_classes` gives for those classes, refilled or not. Values far from
-    /// zero, a class of one row and an empty class.
     /// Diagonal log joints by groups of columns, asking ahead (K ≥ `PREFETCHED_MIN_CLASSES`),
     /// have the bits of the formula row by row (Σ_q ((x_q − m_q)² · iv_q + acc), fused, then
     /// ln − ½ · sum) at any block size, rows after the last whole vector included.
@@ -2172,6 +2166,12 @@ mod tests {
         }
     }
 
+    /// Labeled full statistics of two features and more classes than the masks take (by rows,
+    /// `grouped_pair_moments_by_rows`): each class's weight, mean and scatter are those of its
+    /// rows gathered, by the two-pass formula, and the same when refilled into another chunk's
+    /// statistics or when the chunk reads another ahead. Pooled (LDA), the bits
+    /// `PooledStats::from_classes` gives for those classes, refilled or not. Values far from
+    /// zero, a class of one row and an empty class.
     #[test]
     fn labeled_full_statistics_of_two_features_by_rows_are_each_class_s_own() {
         let qda = GaussianParams::with_structure(CovarianceStructure::Full)
