@@ -122,51 +122,6 @@ fn prefetch_with_hint<const HINT: i32, T>(values: &[T], at: usize) {
     }
 }
 
-/// The size in bytes of the L1 data cache of the CPU this runs on, read once from `cpuid`
-/// (leaf 4, which Intel fills, else AMD's leaf 0x8000_0005); `None` where neither says (and off
-/// x86-64). For passes whose blocks are sized to stay in L1: 48 KB on the Intel Xeons and the
-/// Zen 5 EPYC these were tuned on, 32 KB on Zen 3 and Zen 4.
-pub fn l1_data_bytes() -> Option<usize> {
-    static BYTES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *BYTES.get_or_init(read_l1_data_bytes)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn read_l1_data_bytes() -> Option<usize> {
-    use std::arch::x86_64::{__cpuid, __cpuid_count};
-    // Leaf 0 exists on every x86-64 CPU and gives the largest basic leaf.
-    if __cpuid(0).eax >= 4 {
-        // One subleaf per cache until a type of 0 (none): type 1 is data, level in bits 5–7.
-        for sub in 0..16 {
-            let r = __cpuid_count(4, sub);
-            let (kind, level) = (r.eax & 0x1F, (r.eax >> 5) & 0x7);
-            if kind == 0 {
-                break;
-            }
-            if kind == 1 && level == 1 {
-                let ways = (r.ebx >> 22) as usize + 1;
-                let partitions = ((r.ebx >> 12) & 0x3FF) as usize + 1;
-                let line = (r.ebx & 0xFFF) as usize + 1;
-                let sets = r.ecx as usize + 1;
-                return Some(ways * partitions * line * sets);
-            }
-        }
-    }
-    // AMD: the L1 data cache's size in KB, in the top byte of leaf 0x8000_0005's ecx.
-    if __cpuid(0x8000_0000).eax >= 0x8000_0005 {
-        let kb = (__cpuid(0x8000_0005).ecx >> 24) as usize;
-        if kb > 0 {
-            return Some(kb << 10);
-        }
-    }
-    None
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn read_l1_data_bytes() -> Option<usize> {
-    None
-}
-
 /// How far ahead of its rows a chunk's first read from memory asks for the rows it reads next
 /// ([`RowsAhead::further_on`]): 1 KB of each column.
 ///
@@ -812,20 +767,6 @@ mod tests {
                     "({i}, {j}) of {n} x {d}"
                 );
             }
-        }
-    }
-
-    /// The L1 data cache's size as `cpuid` gives it on x86-64: a few tens of KB, whole pages
-    /// (an L2's size, or a field read from the wrong bits, falls outside).
-    #[test]
-    fn l1_data_cache_is_a_few_tens_of_kilobytes() {
-        match l1_data_bytes() {
-            Some(bytes) => {
-                assert!((16 << 10..=128 << 10).contains(&bytes), "{bytes} bytes");
-                assert_eq!(bytes % 4096, 0, "{bytes} bytes");
-            }
-            // Every x86-64 CPU has leaf 4 or AMD's leaf 0x8000_0005.
-            None => assert_ne!(std::env::consts::ARCH, "x86_64"),
         }
     }
 

@@ -8,6 +8,7 @@
 //! panics on user input and no log-density is NaN.
 
 pub mod block;
+pub mod cpu;
 mod error;
 pub mod exp;
 pub mod family;

@@ -1985,30 +1985,10 @@ fn packs_after_a_touch() -> bool {
     gathers_are_fast()
 }
 
-/// Whether this CPU's AVX-512 gathers are fast: an AMD CPU of family 0x1A or later (Zen 5 on),
-/// read once from `cpuid`.
+/// Whether this CPU's AVX-512 gathers are fast: an AMD CPU of family 0x1A or later (Zen 5 on).
 #[cfg(target_arch = "x86_64")]
 fn gathers_are_fast() -> bool {
-    static FAST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FAST.get_or_init(|| {
-        use std::arch::x86_64::__cpuid;
-        // Leaves 0 and 1 exist on every x86-64 CPU.
-        let (vendor, signature) = (__cpuid(0), __cpuid(1));
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-        amd && cpu_family(signature.eax) >= 0x1A
-    })
-}
-
-/// The family of `cpuid` leaf 1's signature (`eax`): the base family, plus the extended
-/// family when the base is 0xF.
-#[cfg(target_arch = "x86_64")]
-fn cpu_family(eax: u32) -> u32 {
-    let base = (eax >> 8) & 0xF;
-    if base == 0xF {
-        base + ((eax >> 20) & 0xFF)
-    } else {
-        base
-    }
+    crate::cpu::amd_family().is_some_and(|family| family >= 0x1A)
 }
 
 /// Columns per tile row (the tile's "j" side); the "k" side is 4 or 2 by register count.
@@ -2875,14 +2855,7 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn cpu_family_adds_the_extended_family_only_past_base_family_15() {
-        // Signatures (`cpuid` leaf 1, eax) of an AMD Zen 5 EPYC (family 26, model 2, stepping
-        // 1), a Zen 4 (25, model 17), a Zen 3 (25, model 1) and an Intel Xeon (6, model 167):
-        // the extended family field of the last is read as zero, whatever it holds.
-        assert_eq!(cpu_family(0x00B0_0F21), 0x1A);
-        assert_eq!(cpu_family(0x00A1_0F11), 0x19);
-        assert_eq!(cpu_family(0x00A0_0F11), 0x19);
-        assert_eq!(cpu_family(0x00FA_0671), 6);
+    fn split_packs_up_to_its_classes_where_avx_512_is() {
         // Packing is never chosen past its classes, on any CPU.
         assert!(!split_packs(MAX_PACKED_CLASSES + 1));
         // And up to it wherever AVX-512 is.

@@ -1880,14 +1880,14 @@ const DIAGONAL_BLOCK_ROWS: usize = 512;
 const PREFETCHED_BLOCK_ROWS: usize = 256;
 
 /// [`PREFETCHED_BLOCK_ROWS`], halved where the L1 data cache is under 48 KB
-/// ([`density::block::l1_data_bytes`]): there the 36 KB of a block of 256 rows at K = 10 did not
+/// ([`density::cpu::l1_data_bytes`]): there the 36 KB of a block of 256 rows at K = 10 did not
 /// fit. On the Zen 4 EPYC (32 KB; eighty-fourth round, `profile gnb-predict-into`,
 /// `PROFILE_COLD=cs`, medians of 21, six alternated pairs, 256 → 128 rows): d = 16, K = 10
 /// 15.9, 15.7, 14.5, 14.4, 17.5, 17.8 → 13.8, 13.9, 13.9, 15.4, 16.8, 16.9 ms; d = 64, K = 10
 /// 41.6, 40.9, 37.6, 41.2, 41.6, 46.5 → 37.8, 35.8, 37.4, 61.9, 39.0, 36.1 ms. Where the cache
 /// is 48 KB (the Intel Xeons, Zen 5) 256 rows were measured, and kept.
 fn prefetched_block_rows() -> usize {
-    match density::block::l1_data_bytes() {
+    match density::cpu::l1_data_bytes() {
         Some(bytes) if bytes < 48 << 10 => PREFETCHED_BLOCK_ROWS / 2,
         _ => PREFETCHED_BLOCK_ROWS,
     }

@@ -780,7 +780,7 @@ fn streams_posteriors(rows: usize, k: usize) -> bool {
     }
     (2..=density::exp::SOFTMAX_MAX_COLUMNS).contains(&k)
         && rows.saturating_mul(k).saturating_mul(8) >= STREAMED_OUTPUT_BYTES
-        && cpu_is_intel()
+        && density::cpu::is_intel()
 }
 
 /// [`streams_posteriors`] by its rule (0), always (every size and CPU), or never.
@@ -801,20 +801,6 @@ pub fn force_posterior_streaming(mode: Option<bool>) {
         Some(false) => STREAM_NEVER,
     };
     STREAM_POSTERIORS.store(mode, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether the CPU's vendor is Intel (CPUID leaf 0), read once.
-fn cpu_is_intel() -> bool {
-    static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *INTEL.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let id = std::arch::x86_64::__cpuid(0);
-            (id.ebx, id.edx, id.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
 }
 
 std::thread_local! {
