@@ -34,6 +34,15 @@
 //! kernel's zeroing is what it asks for). The first large allocation of a process still pays
 //! the clearing.
 //!
+//! Why large blocks aligned past 16 bytes are aligned here: `System` hands them to glibc's
+//! `posix_memalign`, which asks for the size plus the alignment, cuts the aligned block out and
+//! frees the rest. Freed, the block is then a little too small for the next request of the same
+//! layout, so the heap grows again, and the kernel clears fresh pages inside the timed call.
+//! faer aligns its matrices to cache lines, so a 16 MB output (a K = 2 prediction at n = 1e6)
+//! grew the heap on the second and the third call of a process: `xtask profile lda-predict 2 2`
+//! took 9.6, 2.9, 7.6, then 1.6–1.9 ms a call (BENCHMARKS.md, eighty-fifth round). Asking
+//! `malloc` for the same padded size every time, the freed block fits the next request.
+//!
 //! The advice changes how pages are backed, never their contents, so results are the same with
 //! or without it. Elsewhere than Linux this is the system allocator unchanged.
 //!
@@ -95,6 +104,116 @@ fn advise(ptr: *mut u8, len: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (ptr, len);
+}
+
+/// The alignment of every block glibc's `malloc` returns (x86-64 and aarch64).
+const MALLOC_ALIGN: usize = 16;
+
+/// Large blocks from glibc with an alignment past [`MALLOC_ALIGN`], aligned here (see the
+/// module docs): `malloc` is asked for the size plus the alignment plus a word, the block is
+/// the first aligned address at least a word in, and that word holds `malloc`'s address.
+mod aligned {
+    use super::{BASE_PAGE, HUGE_PAGE_MIN_BYTES, Layout, MALLOC_ALIGN};
+    use std::alloc::{GlobalAlloc, System};
+
+    /// The word before the block that holds `malloc`'s address.
+    const HEADER: usize = std::mem::size_of::<usize>();
+
+    /// Whether a block of `size` bytes aligned to `align` is aligned here (on Linux, where
+    /// `System` is glibc's `malloc`).
+    #[inline]
+    pub(super) fn applies(size: usize, align: usize) -> bool {
+        cfg!(target_os = "linux")
+            && size >= HUGE_PAGE_MIN_BYTES
+            && align > MALLOC_ALIGN
+            && align <= BASE_PAGE
+    }
+
+    /// The layout asked of `malloc` for a block of `size` bytes aligned to `align`.
+    fn padded(size: usize, align: usize) -> Option<Layout> {
+        let total = size.checked_add(align)?.checked_add(HEADER)?;
+        Layout::from_size_align(total, MALLOC_ALIGN).ok()
+    }
+
+    /// A block of `size` bytes aligned to `align` (zeroed with `zeroed`), or null.
+    ///
+    /// # Safety
+    /// `applies(size, align)` must hold, and `align` must be a power of two.
+    pub(super) unsafe fn alloc(size: usize, align: usize, zeroed: bool) -> *mut u8 {
+        let Some(layout) = padded(size, align) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: the layout is non-zero (at least `HUGE_PAGE_MIN_BYTES`).
+        let raw = unsafe {
+            if zeroed {
+                System.alloc_zeroed(layout)
+            } else {
+                System.alloc(layout)
+            }
+        };
+        if raw.is_null() {
+            return raw;
+        }
+        // At least a word in, at most `HEADER + align − 1`: the block ends inside `raw`'s.
+        let offset = (raw as usize + HEADER).next_multiple_of(align) - raw as usize;
+        // SAFETY: `offset + size ≤ layout.size()`, so the block and the word before it lie inside
+        // `raw`'s block; that word is aligned (`align` and `raw` are multiples of a word).
+        unsafe {
+            let block = raw.add(offset);
+            block.cast::<usize>().sub(1).write(raw as usize);
+            block
+        }
+    }
+
+    /// Frees a block of `alloc`.
+    ///
+    /// # Safety
+    /// `block` must come from `alloc(size, align, _)` and not be used afterwards.
+    pub(super) unsafe fn dealloc(block: *mut u8, size: usize, align: usize) {
+        // SAFETY: `alloc` wrote `malloc`'s address in the word before the block, and asked for
+        // `padded(size, align)`, which was `Some` for it to succeed.
+        unsafe {
+            let raw = block.cast::<usize>().sub(1).read();
+            let offset = block as usize - raw;
+            if let Some(layout) = padded(size, align) {
+                System.dealloc(block.sub(offset), layout);
+            }
+        }
+    }
+}
+
+/// A block for `layout` from glibc's side (not mapped here): aligned here where
+/// [`aligned::applies`], else from `System`; its whole huge pages advised.
+///
+/// # Safety
+/// `layout` must be non-zero, and not one that `own::owns`.
+unsafe fn from_glibc(layout: Layout, zeroed: bool) -> *mut u8 {
+    let (size, align) = (layout.size(), layout.align());
+    // SAFETY: the caller's guarantees; `Layout` aligns are powers of two.
+    let ptr = unsafe {
+        match (aligned::applies(size, align), zeroed) {
+            (true, _) => aligned::alloc(size, align, zeroed),
+            (false, true) => System.alloc_zeroed(layout),
+            (false, false) => System.alloc(layout),
+        }
+    };
+    advise(ptr, size);
+    ptr
+}
+
+/// Frees a block of [`from_glibc`].
+///
+/// # Safety
+/// `ptr` must come from `from_glibc(layout, _)` and not be used afterwards.
+unsafe fn to_glibc(ptr: *mut u8, layout: Layout) {
+    // SAFETY: the caller's guarantee; the block was obtained the way `applies` says.
+    unsafe {
+        if aligned::applies(layout.size(), layout.align()) {
+            aligned::dealloc(ptr, layout.size(), layout.align());
+        } else {
+            System.dealloc(ptr, layout);
+        }
+    }
 }
 
 /// Blocks this allocator maps itself (see [`OWN_MAPPING_MIN_BYTES`]). `alloc`, `realloc` and
@@ -307,10 +426,8 @@ unsafe impl GlobalAlloc for HugePageAlloc {
         if own::owns(layout.size(), layout.align()) {
             return own::KEPT.obtain(layout.size());
         }
-        // SAFETY: forwarded with the caller's guarantees (non-zero size).
-        let ptr = unsafe { System.alloc(layout) };
-        advise(ptr, layout.size());
-        ptr
+        // SAFETY: forwarded with the caller's guarantees (non-zero size); not ours to map.
+        unsafe { from_glibc(layout, false) }
     }
 
     #[inline]
@@ -322,9 +439,7 @@ unsafe impl GlobalAlloc for HugePageAlloc {
         }
         // SAFETY: as in `alloc`. A large zeroed block comes fresh from the kernel untouched
         // (calloc skips the memset), so the advice still applies before its first fault.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        advise(ptr, layout.size());
-        ptr
+        unsafe { from_glibc(layout, true) }
     }
 
     #[inline]
@@ -335,8 +450,8 @@ unsafe impl GlobalAlloc for HugePageAlloc {
             unsafe { own::KEPT.release(ptr, layout.size()) };
             return;
         }
-        // SAFETY: `ptr` was allocated by `System` (through this allocator) with `layout`.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: `ptr` came from `from_glibc` (through this allocator) with `layout`.
+        unsafe { to_glibc(ptr, layout) }
     }
 
     #[inline]
@@ -348,14 +463,15 @@ unsafe impl GlobalAlloc for HugePageAlloc {
                 // SAFETY: the block was mapped here with its current size `old_size`.
                 (true, true) => return unsafe { own::remap(ptr, old_size, new_size) },
                 (false, true) => {
-                    // SAFETY: `ptr` holds `old_size` bytes from `System`, freed with its layout.
+                    // SAFETY: `ptr` holds `old_size` bytes from `from_glibc`, freed with its
+                    // layout.
                     return unsafe {
                         move_block(
                             ptr,
                             old_size,
                             new_size,
                             || own::KEPT.obtain(new_size),
-                            || System.dealloc(ptr, layout),
+                            || to_glibc(ptr, layout),
                         )
                     };
                 }
@@ -369,17 +485,32 @@ unsafe impl GlobalAlloc for HugePageAlloc {
                             ptr,
                             old_size,
                             new_size,
-                            || {
-                                let new = System.alloc(new_layout);
-                                advise(new, new_size);
-                                new
-                            },
+                            || from_glibc(new_layout, false),
                             || own::KEPT.release(ptr, old_size),
                         )
                     };
                 }
                 (false, false) => {}
             }
+        }
+        // A block aligned here, before or after, moves: `System` would realloc from the
+        // address it did not return, or give glibc's alignment.
+        let align = layout.align();
+        if aligned::applies(layout.size(), align) || aligned::applies(new_size, align) {
+            let Ok(new_layout) = Layout::from_size_align(new_size, align) else {
+                return std::ptr::null_mut();
+            };
+            // SAFETY: `ptr` holds `layout.size()` bytes from `from_glibc(layout)` (not ours to
+            // map, or the match above returned), freed by `to_glibc` once copied.
+            return unsafe {
+                move_block(
+                    ptr,
+                    layout.size(),
+                    new_size,
+                    || from_glibc(new_layout, false),
+                    || to_glibc(ptr, layout),
+                )
+            };
         }
         // SAFETY: forwarded with the caller's guarantees; the block came from `System`.
         let new = unsafe { System.realloc(ptr, layout, new_size) };
@@ -500,6 +631,79 @@ mod tests {
             assert!(zero(z, big.size()));
             a.dealloc(z, big);
         }
+    }
+
+    #[test]
+    fn large_blocks_aligned_past_malloc_keep_alignment_and_contents_through_realloc() {
+        let a = HugePageAlloc;
+        for align in [32, 64, 128, BASE_PAGE] {
+            // From glibc's side (aligned here), grown across the mapping threshold and back,
+            // then below the huge page threshold, where `System` aligns it.
+            let sizes = [
+                HUGE_PAGE_MIN_BYTES + 8,
+                3 * HUGE_PAGE_MIN_BYTES,
+                OWN_MAPPING_MIN_BYTES + 8 * 1000,
+                2 * HUGE_PAGE_MIN_BYTES - 8,
+                1 << 16,
+            ];
+            // SAFETY: every access stays inside the live block, whose layout is tracked in
+            // `layout` and used to free it once.
+            unsafe {
+                let mut layout = Layout::from_size_align(sizes[0], align).expect("layout");
+                let mut p = a.alloc(layout).cast::<u64>();
+                assert!(!p.is_null());
+                assert_eq!(p as usize % align, 0, "{} bytes at {align}", sizes[0]);
+                fill(p, sizes[0] / 8);
+                let mut kept = sizes[0] / 8;
+                for &size in &sizes[1..] {
+                    p = a.realloc(p.cast(), layout, size).cast::<u64>();
+                    assert!(!p.is_null(), "realloc to {size} bytes failed");
+                    assert_eq!(p as usize % align, 0, "{size} bytes at {align}");
+                    layout = Layout::from_size_align(size, align).expect("layout");
+                    kept = kept.min(size / 8);
+                    assert!(filled(p, kept), "contents lost at {size} bytes, {align}");
+                    fill(p, size / 8);
+                    kept = size / 8;
+                }
+                a.dealloc(p.cast(), layout);
+                let zeroed = Layout::from_size_align(HUGE_PAGE_MIN_BYTES + 24, align).expect("l");
+                let z = a.alloc_zeroed(zeroed);
+                assert!(!z.is_null());
+                assert_eq!(z as usize % align, 0);
+                assert!(zero(z, zeroed.size()));
+                a.dealloc(z, zeroed);
+            }
+        }
+    }
+
+    #[test]
+    fn a_freed_large_block_aligned_past_malloc_serves_the_next_of_its_layout() {
+        // glibc's `posix_memalign` left each freed block too small for the next request of
+        // its layout, so every allocation took new memory (see the module docs). Allocated and
+        // freed in turn, the same layout now gets the same block back; in a thread of its own
+        // (its own arena, unless glibc has run out of them), and at least once in seven, so
+        // that another thread's allocation in between cannot fail it.
+        let addresses = std::thread::spawn(|| {
+            let a = HugePageAlloc;
+            let layout = Layout::from_size_align(2 * HUGE_PAGE_MIN_BYTES, 64).expect("layout");
+            (0..8)
+                .map(|_| {
+                    // SAFETY: a non-zero layout; one byte written inside the block, which is
+                    // freed once with its layout.
+                    unsafe {
+                        let p = a.alloc(layout);
+                        assert!(!p.is_null());
+                        p.write(1);
+                        a.dealloc(p, layout);
+                        p as usize
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .expect("the allocating thread");
+        let reused = addresses.windows(2).filter(|w| w[0] == w[1]).count();
+        assert!(reused >= 1, "no block reused: {addresses:x?}");
     }
 
     /// The kernel mapping of this process (from `/proc/self/smaps`) that holds all of
