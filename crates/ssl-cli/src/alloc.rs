@@ -37,11 +37,16 @@
 //! Why large blocks aligned past 16 bytes are aligned here: `System` hands them to glibc's
 //! `posix_memalign`, which asks for the size plus the alignment, cuts the aligned block out and
 //! frees the rest. Freed, the block is then a little too small for the next request of the same
-//! layout, so the heap grows again, and the kernel clears fresh pages inside the timed call.
+//! layout, so the heap grows again, and the kernel clears fresh pages inside the call.
 //! faer aligns its matrices to cache lines, so a 16 MB output (a K = 2 prediction at n = 1e6)
-//! grew the heap on the second and the third call of a process: `xtask profile lda-predict 2 2`
-//! took 9.6, 2.9, 7.6, then 1.6–1.9 ms a call (BENCHMARKS.md, eighty-fifth round). Asking
-//! `malloc` for the same padded size every time, the freed block fits the next request.
+//! grew the heap on the second and the third call of a process (`xtask profile lda-predict 2 2`:
+//! 9.6, 2.9, 7.6, then 1.6–1.9 ms a call), and on every call in some processes (`qda-predict
+//! 2 2`: 3.2–3.8 ms on each of six calls) and in a thread's own arena (eight calls, eight new
+//! blocks).
+//! Asking `malloc` for the same padded size every time, the freed block fits the next request:
+//! after the first two calls (glibc's mapping, then the heap's growth), `lda-predict 2 2` took
+//! 1.2–1.8 ms, `qda-predict 2 2` 1.9–2.6 and `gnb-predict 2 2` 1.7–1.8 (BENCHMARKS.md,
+//! eighty-fifth round).
 //!
 //! The advice changes how pages are backed, never their contents, so results are the same with
 //! or without it. Elsewhere than Linux this is the system allocator unchanged.
