@@ -161,6 +161,40 @@ pub fn softmax_rows(
             shift,
             sums,
             done: &mut done,
+            finite_scores: false,
+        });
+    }
+    done
+}
+
+/// [`softmax_rows`], stopping also before the first group of rows with any score that is not
+/// finite (NaN or ±∞ in any column, not only in a row's largest score) or whose scores' sum
+/// overflows, so that every row before the returned one had finite scores only. The rows it
+/// does get the bits [`softmax_rows`] gives them; the rows from the returned one on are not
+/// touched.
+///
+/// Why: a prediction whose scores stand for the check of its input (a NaN or ±∞ input gives a
+/// non-finite score) scanned every score of a chunk for one before normalising it, a pass of
+/// its own over the chunk. Here the check rides on the maximum's pass, which reads every score
+/// anyway (one addition per score, the scores' sum, whose finiteness is checked with the
+/// maximum's): the rest of the chunk, from the first such group on, is left to the caller's
+/// scan and general path.
+pub fn softmax_rows_of_finite_scores(
+    columns: &mut [&mut [f64]],
+    rows: std::ops::Range<usize>,
+    shift: &mut [f64],
+    sums: &mut [f64],
+) -> usize {
+    let mut done = rows.start;
+    if softmax_arguments_fit(columns, &rows, shift, sums) {
+        run(Kernel::Softmax {
+            columns,
+            dst: None,
+            rows,
+            shift,
+            sums,
+            done: &mut done,
+            finite_scores: true,
         });
     }
     done
@@ -218,6 +252,7 @@ pub fn softmax_rows_to(
             shift,
             sums,
             done: &mut done,
+            finite_scores: false,
         });
     }
     done
@@ -254,6 +289,9 @@ enum Kernel<'a, 'c> {
         shift: &'a mut [f64],
         sums: &'a mut [f64],
         done: &'a mut usize,
+        /// Stop also before a group with any score not finite
+        /// ([`softmax_rows_of_finite_scores`]).
+        finite_scores: bool,
     },
 }
 
@@ -424,20 +462,22 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
                 shift,
                 sums,
                 done,
+                finite_scores,
             } => {
                 // Four vectors at a time keep four maxima, four sums and the exponentials'
                 // temporaries in registers: about 30, which AVX-512 has and AVX2 (16) has not.
                 *done = if S::REGISTER_COUNT >= 32 {
-                    softmax_vectors::<S, 4>(simd, columns, dst, rows, shift, sums)
+                    softmax_vectors::<S, 4>(simd, columns, dst, rows, shift, sums, finite_scores)
                 } else {
-                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums)
+                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums, finite_scores)
                 }
             }
         }
     }
 }
 
-/// [`softmax_rows`] on whole vectors of `S`; returns the first row not done.
+/// [`softmax_rows`] on whole vectors of `S` (with `finite_scores`,
+/// [`softmax_rows_of_finite_scores`]); returns the first row not done.
 #[inline(always)]
 #[allow(unsafe_code)]
 fn softmax_vectors<S: VectorExp, const U: usize>(
@@ -447,6 +487,7 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
     rows: std::ops::Range<usize>,
     shift: &mut [f64],
     sums: &mut [f64],
+    finite_scores: bool,
 ) -> usize {
     let k = columns.len();
     let mut heads: [&mut [S::f64s]; SOFTMAX_MAX_COLUMNS] = Default::default();
@@ -478,13 +519,33 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
     while t < whole {
         // `max_f64s(v, m)` gives m where v is NaN, as `f64::max(m, v)` does.
         let mut m: [S::f64s; U] = std::array::from_fn(|u| first[t + u]);
-        for col in rest.iter() {
-            for u in 0..U {
-                m[u] = simd.max_f64s(col[t + u], m[u]);
+        // With `finite_scores`, each row's scores summed: NaN or ±∞ anywhere (or an overflow)
+        // leaves the sum not finite, where the maximum passes over a NaN.
+        let mut total: [S::f64s; U] = m;
+        if finite_scores {
+            for col in rest.iter() {
+                for u in 0..U {
+                    m[u] = simd.max_f64s(col[t + u], m[u]);
+                    total[u] = simd.add_f64s(total[u], col[t + u]);
+                }
+            }
+        } else {
+            for col in rest.iter() {
+                for u in 0..U {
+                    m[u] = simd.max_f64s(col[t + u], m[u]);
+                }
             }
         }
-        // Nothing of the U vectors is written before they are all known to be finite.
-        if !m.iter().all(|&m| simd.all_finite_f64s(m)) {
+        // Nothing of the U vectors is written before they are all known to be finite (plain
+        // loops: a closure here was compiled outside the kernel's target features).
+        let mut finite = true;
+        for u in 0..U {
+            finite &= simd.all_finite_f64s(m[u]);
+            if finite_scores {
+                finite &= simd.all_finite_f64s(total[u]);
+            }
+        }
+        if !finite {
             return rows.start + t * S::F64_LANES;
         }
         let mut s: [S::f64s; U] = std::array::from_fn(|_| simd.splat_f64s(0.0));
@@ -839,6 +900,105 @@ mod tests {
         }
     }
 
+    /// [`softmax_rows_of_finite_scores`]' kernels stop within the group of rows holding a NaN,
+    /// +∞ or −∞ in any column, or (three columns or more) finite scores whose sum overflows,
+    /// where [`softmax_rows`] stops only for a non-finite maximum (or, with two columns, any
+    /// non-finite value); the formula's bits for every row before, nothing touched from there
+    /// on.
+    #[test]
+    fn finite_score_kernels_stop_at_any_non_finite_score() {
+        const MOST_AT_ONCE: usize = 32;
+        let (first, end) = (3, 200);
+        let args = arguments();
+        for isa in kernels() {
+            for k in [2, 3, 10] {
+                // Where both stop without a bad row (the first case): after the last whole group.
+                let mut full = end;
+                for (bad_row, bad_value) in [
+                    (None, 0.0),
+                    (Some(first), f64::NAN),
+                    (Some(77), f64::NAN),
+                    (Some(77), f64::NEG_INFINITY),
+                    (Some(150), f64::INFINITY),
+                    (Some(end - 1), f64::NAN),
+                    (Some(120), f64::MAX),
+                ] {
+                    // In column 1 a NaN or −∞ is one the maximum passes over (a NaN in column 0
+                    // would start it); f64::MAX goes in every column (finite, the sum
+                    // overflows).
+                    let value = |i: usize, j: usize| match bad_row {
+                        Some(b) if i == b && (j == 1 || bad_value == f64::MAX) => bad_value,
+                        _ => args[(i * 7919 + j * 104_729) % 400_000] * 50.0 + 3.0 * j as f64,
+                    };
+                    let original: Vec<Vec<f64>> = (0..k)
+                        .map(|j| (0..end).map(|i| value(i, j)).collect())
+                        .collect();
+                    let case = format!("K = {k}, row {bad_row:?} = {bad_value}");
+                    let mut dones = [0; 2];
+                    for (strict, done_out) in [false, true].into_iter().zip(dones.iter_mut()) {
+                        let mut columns = original.clone();
+                        let mut slices: Vec<&mut [f64]> =
+                            columns.iter_mut().map(|c| c.as_mut_slice()).collect();
+                        let (mut shift, mut sums) =
+                            (vec![0.0; end - first], vec![0.0; end - first]);
+                        let mut done = first;
+                        run_on(
+                            isa,
+                            Kernel::Softmax {
+                                columns: &mut slices,
+                                dst: None,
+                                rows: first..end,
+                                shift: &mut shift,
+                                sums: &mut sums,
+                                done: &mut done,
+                                finite_scores: strict,
+                            },
+                        );
+                        *done_out = done;
+                        for i in first..end {
+                            let row: Vec<f64> = (0..k).map(|j| original[j][i]).collect();
+                            let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+                            let e: Vec<f64> = row.iter().map(|&v| exp_nonpositive(v - m)).collect();
+                            let s = e.iter().fold(0.0, |s, &e| s + e);
+                            for j in 0..k {
+                                let want = if i < done { e[j] * (1.0 / s) } else { row[j] };
+                                let got = columns[j][i];
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{case}, strict {strict}: row {i} col {j}"
+                                );
+                            }
+                        }
+                    }
+                    let [loose, strict] = dones;
+                    if matches!(isa, Isa::Scalar) {
+                        assert_eq!((loose, strict), (first, first), "{case}");
+                        continue;
+                    }
+                    match bad_row {
+                        None => {
+                            assert_eq!(strict, loose, "{case}");
+                            full = loose;
+                        }
+                        // Two columns check their values, which are finite, not their sum.
+                        Some(_) if k == 2 && bad_value == f64::MAX => {
+                            assert_eq!(strict, loose, "{case}")
+                        }
+                        Some(b) => {
+                            assert!(strict <= b && strict + MOST_AT_ONCE > b, "{case}: {strict}");
+                            // Without the check, more than two columns pass over a NaN or −∞
+                            // in a column that is not the largest (two stop at any).
+                            if k > 2 && b < full && !(bad_value.is_infinite() && bad_value > 0.0) {
+                                assert!(loose > b, "{case}: {loose}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// [`softmax_rows`]' kernels: the scalar formula's bits for every row they do, nothing
     /// touched from the row they return on, which is at most a few vectors before the first row
     /// of a non-finite maximum (or before the end); the scalar kernel and more than
@@ -875,6 +1035,7 @@ mod tests {
                                 shift: &mut shift,
                                 sums: &mut sums,
                                 done: &mut done,
+                                finite_scores: false,
                             },
                         );
                     } else {
@@ -940,6 +1101,7 @@ mod tests {
                                 shift: &mut shift2,
                                 sums: &mut sums2,
                                 done: &mut done2,
+                                finite_scores: false,
                             },
                         );
                         store_fence();

@@ -727,6 +727,13 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
 
 /// The rest of [`fill_laid_out_chunk`] once the chunk holds its scores by `what`: with
 /// `by_scores`, the input check the scores stand for; far rows ranked again; posteriors.
+///
+/// With `by_scores` and posteriors asked for, the rows up to the first group of rows with a
+/// score that is not finite are normalised first, the check riding on the normalisation's
+/// pass ([`normalize_finite_prefix`]); the scan, the input's check, the far rows and the
+/// general path then take only the rest. Finite scores mean a valid input there (that is what
+/// `by_scores` says), and every row's posteriors have the same bits whichever path or block
+/// takes it, so the results, errors included, are those of the whole chunk taken in turn.
 fn finish_scored_chunk<M: GenerativeClassifier + ?Sized>(
     model: &M,
     xc: MatRef<'_, f64>,
@@ -735,13 +742,40 @@ fn finish_scored_chunk<M: GenerativeClassifier + ?Sized>(
     what: Posterior,
     by_scores: bool,
 ) -> Result<()> {
+    let b = chunk.nrows();
+    let first = if by_scores && what == Posterior::Probability {
+        normalize_finite_prefix(chunk.as_mut())
+    } else {
+        0
+    };
+    if first == b {
+        return Ok(());
+    }
+    let rest = chunk.subrows_mut(first, b - first);
+    finish_scored_rows(model, xc, r0, rest, first, what, by_scores)
+}
+
+/// The rest of [`finish_scored_chunk`] on the rows `first ..` of the chunk `xc` (rows `r0 ..`
+/// of the input), whose scores `chunk` holds.
+fn finish_scored_rows<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    xc: MatRef<'_, f64>,
+    r0: usize,
+    mut chunk: MatMut<'_, f64>,
+    first: usize,
+    what: Posterior,
+    by_scores: bool,
+) -> Result<()> {
     let mut all_finite = None;
     if by_scores {
         all_finite = Some(check_finite_rows(chunk.as_ref(), 0).is_ok());
         if all_finite == Some(false) {
+            // The whole chunk's input, as if no row had been taken first: the rows before
+            // `first` had finite scores, so its first error is in these rows.
             model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
         }
     }
+    let xc = xc.subrows(first, chunk.nrows());
     let posterior = !matches!(what, Posterior::Joint | Posterior::JointLessShared);
     if posterior
         && model.ranks_far_rows_when_scaled()
@@ -753,6 +787,35 @@ fn finish_scored_chunk<M: GenerativeClassifier + ?Sized>(
         normalize_chunk(chunk.as_mut(), what == Posterior::Probability, None);
     }
     Ok(())
+}
+
+/// The posteriors of the rows of `scores` (as [`normalize_chunk`] gives them) up to the first
+/// group of rows with a score that is not finite (NaN or ±∞ anywhere, or scores whose sum
+/// overflows), block by block ([`density::exp::softmax_rows_of_finite_scores`]); returns that
+/// row (the number of rows with none), the rows from it on left as they were.
+fn normalize_finite_prefix(mut scores: MatMut<'_, f64>) -> usize {
+    let (b, k) = (scores.nrows(), scores.ncols());
+    let Some(mut columns) = (k >= 2).then(|| softmax_columns(scores.as_mut())).flatten() else {
+        return 0;
+    };
+    let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
+    let mut sum = [0.0; NORMALIZE_BLOCK];
+    let mut r0 = 0;
+    while r0 < b {
+        let len = NORMALIZE_BLOCK.min(b - r0);
+        let end = r0 + len;
+        let done = density::exp::softmax_rows_of_finite_scores(
+            &mut columns[..k],
+            r0..end,
+            &mut max[..len],
+            &mut sum[..len],
+        );
+        if done < end {
+            return done;
+        }
+        r0 = end;
+    }
+    b
 }
 
 /// Outputs from this many bytes on take their posteriors by non-temporal stores (where

@@ -1985,6 +1985,69 @@ fn predictions_are_never_nan_far_from_the_data() {
     }
 }
 
+/// Rows far from the data (scores −∞, or beyond 2^900, which a Gaussian ranks again after
+/// scaling) and rows whose values are tiny, placed at the start, inside and at the end of
+/// vector groups and chunks, among ordinary rows: `predict_proba`, fresh and into a kept
+/// output, gives every row the bits it gets predicted alone (alone, a row takes the general
+/// path; in a chunk, the rows before the first far one of their chunk are normalised with the
+/// check on the scores riding on the normalisation, and the rest after a scan).
+#[test]
+fn far_rows_anywhere_in_a_chunk_keep_the_posteriors_they_get_alone() {
+    let n = 4096 + 300;
+    let places = [0, 5, 31, 32, 77, 4095, 4096, 4100, 4160, n - 1];
+    for k in [2, 3, 10] {
+        // Classes of spreads 0.3 to 3: at one distance, the narrow ones' squared distances
+        // overflow where the wide ones' do not.
+        let (x, y) = gaussian_data(600, 2, k, 23);
+        let x = Mat::from_fn(600, 2, |i, j| x[(i, j)] * 0.3 * (1 + y[i] % 10) as f64);
+        // Magnitudes around √f64::MAX: some classes' squared distances overflow (−∞ beside
+        // finite scores), others do not; and one far beyond, and a tiny one.
+        let far = [4e153, 7e153, 1e154, 1.2e154, 1.3e154, 3e200, 1e-300];
+        let xs = Mat::from_fn(n, 2, |i, j| match places.iter().position(|&p| p == i) {
+            Some(p) => far[p % far.len()] * if j == 0 { 1.0 } else { -0.5 },
+            None => x[(i % 600, j)],
+        });
+        let mut mixed = 0;
+        for s in structures() {
+            let m = fit_gaussian(s, &x, &y, k);
+            // Rows with −∞ beside a finite score: the ones a check on the maximum alone passes.
+            let joint = m.log_joint(xs.as_ref()).unwrap();
+            mixed += places
+                .iter()
+                .filter(|&&i| {
+                    let row: Vec<f64> = (0..k).map(|c| joint[(i, c)]).collect();
+                    row.iter().any(|v| v.is_finite()) && row.iter().any(|v| !v.is_finite())
+                })
+                .count();
+            let fresh = m.predict_proba(xs.as_ref()).unwrap();
+            let mut kept = Mat::<f64>::zeros(n, k);
+            m.log_joint_into(xs.as_ref(), kept.as_mut(), model::Posterior::Probability)
+                .unwrap();
+            for i in 0..n {
+                let alone = m.predict_proba(xs.subrows(i, 1)).unwrap();
+                for c in 0..k {
+                    let want = alone[(0, c)];
+                    assert!(want.is_finite(), "{s:?}, K = {k}: row {i}");
+                    assert_eq!(
+                        fresh[(i, c)].to_bits(),
+                        want.to_bits(),
+                        "{s:?}, K = {k}: row {i}"
+                    );
+                    assert_eq!(
+                        kept[(i, c)].to_bits(),
+                        want.to_bits(),
+                        "{s:?}, K = {k}: row {i}"
+                    );
+                }
+            }
+        }
+        assert!(
+            mixed > 0,
+            "K = {k}: no row mixes finite and infinite scores"
+        );
+    }
+}
+
 #[test]
 fn fixed_priors_are_used() {
     let (x, y) = gaussian_data(200, 2, 2, 6);
