@@ -152,19 +152,7 @@ pub fn softmax_rows(
     shift: &mut [f64],
     sums: &mut [f64],
 ) -> usize {
-    let mut done = rows.start;
-    if softmax_arguments_fit(columns, &rows, shift, sums) {
-        run(Kernel::Softmax {
-            columns,
-            dst: None,
-            rows,
-            shift,
-            sums,
-            done: &mut done,
-            finite_scores: false,
-        });
-    }
-    done
+    softmax_rows_in_place(columns, rows, shift, sums, false)
 }
 
 /// [`softmax_rows`], stopping also before the first group of rows with any score that is not
@@ -187,6 +175,17 @@ pub fn softmax_rows_of_finite_scores(
     shift: &mut [f64],
     sums: &mut [f64],
 ) -> usize {
+    softmax_rows_in_place(columns, rows, shift, sums, true)
+}
+
+/// [`softmax_rows`], or with `finite_scores` [`softmax_rows_of_finite_scores`].
+fn softmax_rows_in_place(
+    columns: &mut [&mut [f64]],
+    rows: std::ops::Range<usize>,
+    shift: &mut [f64],
+    sums: &mut [f64],
+    finite_scores: bool,
+) -> usize {
     let mut done = rows.start;
     if softmax_arguments_fit(columns, &rows, shift, sums) {
         run(Kernel::Softmax {
@@ -196,7 +195,7 @@ pub fn softmax_rows_of_finite_scores(
             shift,
             sums,
             done: &mut done,
-            finite_scores: true,
+            finite_scores,
         });
     }
     done
