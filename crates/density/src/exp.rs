@@ -843,6 +843,45 @@ mod tests {
         isas
     }
 
+    /// A row's softmax by the scalar formula: its largest score (`f64::max` in order), the
+    /// exponentials of the scores less it, and their sum in order.
+    fn softmax_formula(row: &[f64]) -> (f64, Vec<f64>, f64) {
+        let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+        let e: Vec<f64> = row.iter().map(|&v| exp_nonpositive(v - m)).collect();
+        let s = e.iter().fold(0.0, |s, &e| s + e);
+        (m, e, s)
+    }
+
+    /// One run of the softmax kernel of `isa` over the rows `rows` of a copy of `original` (one
+    /// vector per column), in place or into `dst`: the columns after it, the rows' shifts and
+    /// sums (from 7.0 each), and the row it returned.
+    #[allow(clippy::type_complexity)]
+    fn run_softmax(
+        isa: Isa,
+        original: &[Vec<f64>],
+        rows: std::ops::Range<usize>,
+        dst: Option<&[*mut f64]>,
+        finite_scores: bool,
+    ) -> (Vec<Vec<f64>>, Vec<f64>, Vec<f64>, usize) {
+        let mut columns = original.to_vec();
+        let mut slices: Vec<&mut [f64]> = columns.iter_mut().map(|c| c.as_mut_slice()).collect();
+        let (mut shift, mut sums) = (vec![7.0; rows.len()], vec![7.0; rows.len()]);
+        let mut done = rows.start;
+        run_on(
+            isa,
+            Kernel::Softmax {
+                columns: &mut slices,
+                dst,
+                rows,
+                shift: &mut shift,
+                sums: &mut sums,
+                done: &mut done,
+                finite_scores,
+            },
+        );
+        (columns, shift, sums, done)
+    }
+
     /// Every kernel this machine can run (and the scalar one everywhere) against the scalar
     /// formula, bit for bit, on lengths that leave every tail length.
     #[test]
@@ -937,30 +976,12 @@ mod tests {
                     let case = format!("K = {k}, row {bad_row:?} = {bad_value}");
                     let mut dones = [0; 2];
                     for (strict, done_out) in [false, true].into_iter().zip(dones.iter_mut()) {
-                        let mut columns = original.clone();
-                        let mut slices: Vec<&mut [f64]> =
-                            columns.iter_mut().map(|c| c.as_mut_slice()).collect();
-                        let (mut shift, mut sums) =
-                            (vec![0.0; end - first], vec![0.0; end - first]);
-                        let mut done = first;
-                        run_on(
-                            isa,
-                            Kernel::Softmax {
-                                columns: &mut slices,
-                                dst: None,
-                                rows: first..end,
-                                shift: &mut shift,
-                                sums: &mut sums,
-                                done: &mut done,
-                                finite_scores: strict,
-                            },
-                        );
+                        let (columns, _, _, done) =
+                            run_softmax(isa, &original, first..end, None, strict);
                         *done_out = done;
                         for i in first..end {
                             let row: Vec<f64> = (0..k).map(|j| original[j][i]).collect();
-                            let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
-                            let e: Vec<f64> = row.iter().map(|&v| exp_nonpositive(v - m)).collect();
-                            let s = e.iter().fold(0.0, |s, &e| s + e);
+                            let (_, e, s) = softmax_formula(&row);
                             for j in 0..k {
                                 let want = if i < done { e[j] * (1.0 / s) } else { row[j] };
                                 let got = columns[j][i];
@@ -1021,27 +1042,17 @@ mod tests {
                     let original: Vec<Vec<f64>> = (0..k)
                         .map(|j| (0..end).map(|i| value(i, j)).collect())
                         .collect();
-                    let mut columns = original.clone();
-                    let mut slices: Vec<&mut [f64]> =
-                        columns.iter_mut().map(|c| c.as_mut_slice()).collect();
-                    let (mut shift, mut sums) = (vec![7.0; end - first], vec![7.0; end - first]);
-                    let mut done = first;
-                    if k <= SOFTMAX_MAX_COLUMNS {
-                        run_on(
-                            isa,
-                            Kernel::Softmax {
-                                columns: &mut slices,
-                                dst: None,
-                                rows: first..end,
-                                shift: &mut shift,
-                                sums: &mut sums,
-                                done: &mut done,
-                                finite_scores: false,
-                            },
-                        );
+                    let (columns, shift, sums, done) = if k <= SOFTMAX_MAX_COLUMNS {
+                        run_softmax(isa, &original, first..end, None, false)
                     } else {
-                        done = softmax_rows(&mut slices, first..end, &mut shift, &mut sums);
-                    }
+                        let mut columns = original.clone();
+                        let mut slices: Vec<&mut [f64]> =
+                            columns.iter_mut().map(|c| c.as_mut_slice()).collect();
+                        let (mut shift, mut sums) =
+                            (vec![7.0; end - first], vec![7.0; end - first]);
+                        let done = softmax_rows(&mut slices, first..end, &mut shift, &mut sums);
+                        (columns, shift, sums, done)
+                    };
                     let case = format!("K = {k}, bad row {bad:?}");
                     let stop = bad.unwrap_or(end);
                     assert!(done <= stop, "{case}: done {done}");
@@ -1052,9 +1063,7 @@ mod tests {
                     }
                     for i in first..end {
                         let row: Vec<f64> = (0..k).map(|j| original[j][i]).collect();
-                        let m = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
-                        let e: Vec<f64> = row.iter().map(|&v| exp_nonpositive(v - m)).collect();
-                        let s = e.iter().fold(0.0, |s, &e| s + e);
+                        let (m, e, s) = softmax_formula(&row);
                         for j in 0..k {
                             let want = if i < done { e[j] * (1.0 / s) } else { row[j] };
                             let got = columns[j][i];
@@ -1087,24 +1096,8 @@ mod tests {
                                 .as_mut_ptr()
                                 .cast::<f64>();
                         }
-                        let mut from = original.clone();
-                        let mut slices: Vec<&mut [f64]> =
-                            from.iter_mut().map(|c| c.as_mut_slice()).collect();
-                        let (mut shift2, mut sums2) =
-                            (vec![7.0; end - first], vec![7.0; end - first]);
-                        let mut done2 = first;
-                        run_on(
-                            isa,
-                            Kernel::Softmax {
-                                columns: &mut slices,
-                                dst: Some(&outs[..k]),
-                                rows: first..end,
-                                shift: &mut shift2,
-                                sums: &mut sums2,
-                                done: &mut done2,
-                                finite_scores: false,
-                            },
-                        );
+                        let (_, _, _, done2) =
+                            run_softmax(isa, &original, first..end, Some(&outs[..k]), false);
                         store_fence();
                         let case = format!("{case}, to other columns at offset {offset}");
                         assert_eq!(done2, done, "{case}");
