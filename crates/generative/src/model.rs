@@ -791,31 +791,16 @@ fn finish_scored_rows<M: GenerativeClassifier + ?Sized>(
 
 /// The posteriors of the rows of `scores` (as [`normalize_chunk`] gives them) up to the first
 /// group of rows with a score that is not finite (NaN or ±∞ anywhere, or scores whose sum
-/// overflows), block by block ([`density::exp::softmax_rows_of_finite_scores`]); returns that
-/// row (the number of rows with none), the rows from it on left as they were.
-fn normalize_finite_prefix(mut scores: MatMut<'_, f64>) -> usize {
-    let (b, k) = (scores.nrows(), scores.ncols());
-    let Some(mut columns) = (k >= 2).then(|| softmax_columns(scores.as_mut())).flatten() else {
-        return 0;
-    };
-    let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
-    let mut sum = [0.0; NORMALIZE_BLOCK];
-    let mut r0 = 0;
-    while r0 < b {
-        let len = NORMALIZE_BLOCK.min(b - r0);
-        let end = r0 + len;
-        let done = density::exp::softmax_rows_of_finite_scores(
-            &mut columns[..k],
-            r0..end,
-            &mut max[..len],
-            &mut sum[..len],
-        );
-        if done < end {
-            return done;
-        }
-        r0 = end;
-    }
-    b
+/// overflows): [`normalize_chunk`]'s block loop with
+/// [`density::exp::softmax_rows_of_finite_scores`], stopping there. Returns that row (the
+/// number of rows with none), the rows from it on left as they were.
+fn normalize_finite_prefix(scores: MatMut<'_, f64>) -> usize {
+    pulp::Arch::new().dispatch(NormalizeChunk {
+        m: scores,
+        probability: true,
+        log_normalizer_sum: None,
+        finite_prefix: true,
+    })
 }
 
 /// Outputs from this many bytes on take their posteriors by non-temporal stores (where
@@ -1054,6 +1039,7 @@ pub fn normalize_chunk(
         m,
         probability,
         log_normalizer_sum,
+        finite_prefix: false,
     });
 }
 
@@ -1063,17 +1049,22 @@ struct NormalizeChunk<'a> {
     m: MatMut<'a, f64>,
     probability: bool,
     log_normalizer_sum: Option<&'a mut f64>,
+    /// [`normalize_finite_prefix`]: the rows up to the first group with a score that is not
+    /// finite ([`density::exp::softmax_rows_of_finite_scores`]), the rest left as they were.
+    finite_prefix: bool,
 }
 
 impl pulp::WithSimd for NormalizeChunk<'_> {
-    type Output = ();
+    /// The first row left as it was (the chunk's row count when every row is done).
+    type Output = usize;
 
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> usize {
         let NormalizeChunk {
             mut m,
             probability,
             mut log_normalizer_sum,
+            finite_prefix,
         } = self;
         let (b, k) = (m.nrows(), m.ncols());
         let mut r0 = 0;
@@ -1091,7 +1082,12 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
             while r0 < b {
                 let len = NORMALIZE_BLOCK.min(b - r0);
                 let (max, sum) = (&mut max[..len], &mut sum[..len]);
-                let done = density::exp::softmax_rows(&mut columns[..k], r0..r0 + len, max, sum);
+                let rows = r0..r0 + len;
+                let done = if finite_prefix {
+                    density::exp::softmax_rows_of_finite_scores(&mut columns[..k], rows, max, sum)
+                } else {
+                    density::exp::softmax_rows(&mut columns[..k], rows, max, sum)
+                };
                 if done < r0 + len {
                     partial = Some(done - r0);
                     break;
@@ -1101,6 +1097,10 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
                 }
                 r0 += len;
             }
+        }
+        if finite_prefix {
+            // Where the kernel stopped (0 where it took no rows), the rest left as it was.
+            return partial.map_or(r0, |done| r0 + done);
         }
         if let Some(done) = partial {
             let len = NORMALIZE_BLOCK.min(b - r0);
@@ -1123,6 +1123,7 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
             );
             r0 += len;
         }
+        b
     }
 }
 
