@@ -537,8 +537,10 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
                 }
             }
         }
-        // Nothing of the U vectors is written before they are all known to be finite (plain
-        // loops: a closure here was compiled outside the kernel's target features).
+        // Nothing of the U vectors is written before they are all known to be finite. Plain
+        // loops: with the check as a second instantiation of this kernel, the closures of
+        // `iter().all` were compiled outside its target features (two-class predictions took
+        // twice as long; BENCHMARKS.md, eighty-sixth round).
         let mut finite = true;
         for u in 0..U {
             finite &= simd.all_finite_f64s(m[u]);
