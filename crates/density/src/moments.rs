@@ -2040,51 +2040,16 @@ fn grouped_with<S: Simd, const A: usize>(simd: S, args: Grouped<'_>) -> bool {
     let (rest, small) = small.split_at_mut(k);
     let (centers_x, centers_y) = small.split_at_mut(k);
     let mut negative = false;
-    // Two columns' products: the three outputs in one pass over both (see
-    // [`pair_products_for`]).
-    if term == Term::Product && d == 2 && A == 2 && S::REGISTER_COUNT >= 32 {
+    // Two columns' products: the three outputs in one pass over both ([`pair_products`]).
+    if let Some(centers) = centers
+        && term == Term::Product
+        && d == 2
+        && A == 2
+        && S::REGISTER_COUNT >= 32
+    {
         let x0 = crate::block::column(x, 0, &mut scratch);
         let x1 = crate::block::column(x, 1, &mut scratch_y);
-        let (xv, _) = S::as_simd_f64s(&x0[..whole]);
-        let (yv, _) = S::as_simd_f64s(&x1[..whole]);
-        let centers = centers.unwrap_or(MatRef::from_row_major_slice(&[], 0, 2));
-        let mut first = 0;
-        while first < k {
-            let count = (k - first).min(PAIR_PRODUCTS_GROUPS_PER_PASS);
-            let mut c = [[0.0; PAIR_PRODUCTS_GROUPS_PER_PASS]; 2];
-            for (g, group) in (first..first + count).enumerate() {
-                c[0][g] = centers[(group, 0)];
-                c[1][g] = centers[(group, 1)];
-            }
-            // What is ahead is asked for during the first pass only.
-            let ahead = match first {
-                0 => read_next,
-                _ => RowsAhead::NONE,
-            };
-            let masks = &masks[first * vectors..(first + count) * vectors];
-            let mut out = [[0.0; 3]; PAIR_PRODUCTS_GROUPS_PER_PASS];
-            pair_products_for::<S, A>(simd, count, (xv, yv, ahead), masks, &c, &mut out);
-            for (g, group) in (first..first + count).enumerate() {
-                // The rows after the last whole 16, in order, after the tree.
-                let (cx, cy) = (c[0][g], c[1][g]);
-                let mut rest = [0.0; 3];
-                for ((&v, &w), _) in x0[whole..n]
-                    .iter()
-                    .zip(&x1[whole..n])
-                    .zip(&groups[whole..n])
-                    .filter(|(_, l)| **l == group)
-                {
-                    let (dx, dy) = (v - cx, w - cy);
-                    rest[0] += dx * dx;
-                    rest[1] += dy * dx;
-                    rest[2] += dy * dy;
-                }
-                for p in 0..3 {
-                    sums[(group, p)] += out[g][p] + rest[p];
-                }
-            }
-            first += count;
-        }
+        pair_product_totals::<S, A>(simd, (x0, x1), read_next, &shape, centers, sums);
         return negative;
     }
     // Sums and counts are a chunk's first read. Their columns are read from memory four at a
@@ -2466,13 +2431,69 @@ fn group_pass_columns<S: Simd, const A: usize, const G: usize, const C: usize>(
     }
     for c in 0..C {
         for g in 0..G {
-            let mut partial = [0.0f64; GROUP_PARTIAL_SUMS];
-            let (pv, _) = S::as_mut_simd_f64s(&mut partial);
-            pv[..A].copy_from_slice(&acc[c][g]);
-            out[c][g] = fold_pairwise(&mut partial);
+            out[c][g] = fold_accumulators::<S, A>(&acc[c][g]);
         }
     }
     simd.first_true_m64s(negative) < S::F64_LANES
+}
+
+/// The three products of two columns' deviations from each group's centre (`centers`, k × 2),
+/// pairs (0, 0), (1, 0) and (1, 1), added to `sums` (k × 3) as [`column_totals`] adds each
+/// pair's: the whole runs by [`pair_products`], asking for `ahead` during the first pass only,
+/// then the rows after them, in order, after the tree.
+#[inline(always)]
+fn pair_product_totals<S: Simd, const A: usize>(
+    simd: S,
+    (x0, x1): (&[f64], &[f64]),
+    ahead: RowsAhead<'_>,
+    shape: &Shape<'_, S::m64s>,
+    centers: MatRef<'_, f64>,
+    mut sums: MatMut<'_, f64>,
+) {
+    let (k, whole, n, vectors) = (sums.nrows(), shape.whole, shape.groups.len(), shape.vectors);
+    let (xv, _) = S::as_simd_f64s(&x0[..whole]);
+    let (yv, _) = S::as_simd_f64s(&x1[..whole]);
+    let mut first = 0;
+    while first < k {
+        let count = (k - first).min(PAIR_PRODUCTS_GROUPS_PER_PASS);
+        let mut c = [[0.0; PAIR_PRODUCTS_GROUPS_PER_PASS]; 2];
+        for (g, group) in (first..first + count).enumerate() {
+            c[0][g] = centers[(group, 0)];
+            c[1][g] = centers[(group, 1)];
+        }
+        let ahead = if first == 0 { ahead } else { RowsAhead::NONE };
+        let masks = &shape.masks[first * vectors..(first + count) * vectors];
+        let mut out = [[0.0; 3]; PAIR_PRODUCTS_GROUPS_PER_PASS];
+        pair_products_for::<S, A>(simd, count, (xv, yv, ahead), masks, &c, &mut out);
+        for (g, group) in (first..first + count).enumerate() {
+            let (cx, cy) = (c[0][g], c[1][g]);
+            let mut rest = [0.0; 3];
+            let tail = x0[whole..n]
+                .iter()
+                .zip(&x1[whole..n])
+                .zip(&shape.groups[whole..n]);
+            for ((&v, &w), _) in tail.filter(|(_, l)| **l == group) {
+                let (dx, dy) = (v - cx, w - cy);
+                rest[0] += dx * dx;
+                rest[1] += dy * dx;
+                rest[2] += dy * dy;
+            }
+            for p in 0..3 {
+                sums[(group, p)] += out[g][p] + rest[p];
+            }
+        }
+        first += count;
+    }
+}
+
+/// A group's `A` accumulators (vector a, lane l: partial sum a · lanes + l) combined in the
+/// fixed tree of [`fold_pairwise`].
+#[inline(always)]
+fn fold_accumulators<S: Simd, const A: usize>(acc: &[S::f64s; A]) -> f64 {
+    let mut partial = [0.0f64; GROUP_PARTIAL_SUMS];
+    let (pv, _) = S::as_mut_simd_f64s(&mut partial);
+    pv[..A].copy_from_slice(acc);
+    fold_pairwise(&mut partial)
 }
 
 /// Groups per pass of [`pair_products`]: 2 · 3 · 2 = 12 accumulators and 4 centres in
@@ -2538,10 +2559,7 @@ fn pair_products<S: Simd, const A: usize, const G: usize>(
     }
     for g in 0..G {
         for p in 0..3 {
-            let mut partial = [0.0f64; GROUP_PARTIAL_SUMS];
-            let (pv, _) = S::as_mut_simd_f64s(&mut partial);
-            pv[..A].copy_from_slice(&acc[g][p]);
-            out[g][p] = fold_pairwise(&mut partial);
+            out[g][p] = fold_accumulators::<S, A>(&acc[g][p]);
         }
     }
 }
@@ -2617,10 +2635,7 @@ fn group_pass<S: Simd, const A: usize, const G: usize, const TERM: u8>(
         }
     }
     for g in 0..G {
-        let mut partial = [0.0f64; GROUP_PARTIAL_SUMS];
-        let (pv, _) = S::as_mut_simd_f64s(&mut partial);
-        pv[..A].copy_from_slice(&acc[g]);
-        out[g] = fold_pairwise(&mut partial);
+        out[g] = fold_accumulators::<S, A>(&acc[g]);
     }
     simd.first_true_m64s(negative) < S::F64_LANES
 }
