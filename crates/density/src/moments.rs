@@ -1608,8 +1608,9 @@ fn four_rows_or_zeros(columns: &[&[f64]], c: usize, r0: usize) -> std::arch::x86
 /// [`by_rows_v3`] for a block of one or two columns: each four rows' pairs are interleaved by
 /// two unpacks (no transpose of a block that is mostly zeros), and each row's pair is added to
 /// its group's first two sums (`acc[g · 8..][..2]`). The same additions per group and column in
-/// the same order, so the same bits. The second sum of a one-column block holds no meaningful
-/// value (as the lanes past a block's columns in the other kernels); no caller reads it.
+/// the same order, so the same bits. A one-column block is taken as the column twice: its
+/// second sum holds no meaningful value (as the lanes past a block's columns in the other
+/// kernels); no caller reads it.
 ///
 /// With `CROSS` (and `SQUARE`, two columns), each row's deviations (e₁, e₂) from its group's
 /// centre add (e₁², e₂², e₁e₂, e₂e₁) to the group's first four sums: the squares are the bits
@@ -1625,74 +1626,118 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool, const CROSS: bool>(
     centre: &[f64],
     next: RowsAhead<'_>,
 ) {
-    use std::arch::x86_64::__m128d;
     debug_assert!(columns.len() <= 2);
+    debug_assert!(!CROSS || columns.len() == 2);
     debug_assert!(!SQUARE || centre.len() >= acc.len());
-    let n = groups.len();
+    let (x, y) = match *columns {
+        [x, y] => (x, y),
+        [x] => (x, x),
+        _ => {
+            acc.fill(0.0);
+            return;
+        }
+    };
+    let whole = by_rows_two::<SQUARE, CROSS>(simd, [x, y], groups, acc, centre, next);
+    by_rows_rest::<SQUARE, CROSS>(columns, groups, whole, acc, centre);
+}
+
+/// [`by_rows_pairs`] over the rows of two columns `x` and `y` up to the last multiple of 8 that
+/// all of them and `groups` reach, which it returns: the same additions in the same order, so
+/// the same bits, from fixed-size chunks of the columns and labels (no check of a block's
+/// columns per four rows).
+/// With `CROSS`, each row's (x, y, x, y) is taken by one permute of the four rows' unpacked
+/// pairs, its deviations (e₁, e₂, e₁, e₂) from the group's centre (read as two lanes
+/// broadcast) by one subtraction, and the term (e₁², e₂², e₁e₂, e₂e₁) by one permute within
+/// lanes and one product.
+///
+/// Why: the kernel before it took about 12 instructions a row, of which the block's checks and
+/// the two inserts that built each row's vectors were a third, and the d = 2 fits of many
+/// classes are bound by these passes' instructions (`BENCHMARKS.md`, eighty-eighth round).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn by_rows_two<const SQUARE: bool, const CROSS: bool>(
+    simd: pulp::x86::V3,
+    [x, y]: [&[f64]; 2],
+    groups: &[usize],
+    acc: &mut [f64],
+    centre: &[f64],
+    next: RowsAhead<'_>,
+) -> usize {
+    use std::arch::x86_64::{__m128d, __m256d};
+    let whole = x.len().min(y.len()).min(groups.len()) / 8 * 8;
     acc.fill(0.0);
     let (f, f2) = (simd.avx, simd.sse2);
-    let whole = n / 8 * 8;
-    // Each group's eight slots as one array, and as many centres as groups (a group past the
-    // centres is skipped, as one past the sums): a row then costs one check of its group,
-    // where the flat slices cost five (the group, then both slots of the sums and of the
-    // centre), which were most of the loop's instructions at d = 2 (`profile gnb-fit 2 10` on
-    // the Zen 5 EPYC, medians of 21, three alternated pairs: 0.00123–0.00125 → 0.00108–0.00109
-    // s; the same additions, so the same bits).
     let (sums, _) = acc.as_chunks_mut::<8>();
     let (centres, _) = centre.as_chunks::<8>();
     let centres = &centres[..centres.len().min(sums.len())];
-    for i0 in (0..whole).step_by(8) {
-        next.ask(i0);
-        let eight: &[usize; 8] = groups[i0..i0 + 8].try_into().unwrap_or(&[usize::MAX; 8]);
-        for (half, r0) in [i0, i0 + 4].into_iter().enumerate() {
-            let (a, b) = (
-                four_rows_or_zeros(columns, 0, r0),
-                four_rows_or_zeros(columns, 1, r0),
-            );
-            // Rows r0 and r0 + 2 in `even`'s halves, r0 + 1 and r0 + 3 in `odd`'s.
-            let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
-            let rows: [__m128d; 4] = [
-                f._mm256_castpd256_pd128(even),
-                f._mm256_castpd256_pd128(odd),
-                f._mm256_extractf128_pd::<1>(even),
-                f._mm256_extractf128_pd::<1>(odd),
+    let (xs, _) = x[..whole].as_chunks::<4>();
+    let (ys, _) = y[..whole].as_chunks::<4>();
+    let (gs, _) = groups[..whole].as_chunks::<4>();
+    for (q, ((x4, y4), g4)) in xs.iter().zip(ys).zip(gs).enumerate() {
+        if q % 2 == 0 {
+            next.ask(4 * q);
+        }
+        let (a, b): (__m256d, __m256d) = (pulp::cast(*x4), pulp::cast(*y4));
+        // Rows 0 and 2 in `even`'s halves, 1 and 3 in `odd`'s.
+        let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
+        if CROSS {
+            let rows: [__m256d; 4] = [
+                simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(even),
+                simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(odd),
+                simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(even),
+                simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(odd),
             ];
-            for (t, &row) in rows.iter().enumerate() {
-                let g = eight[half * 4 + t];
-                if CROSS {
-                    let (Some(c), Some(slots)) = (centres.get(g), sums.get_mut(g)) else {
-                        continue;
-                    };
-                    let dev = f2._mm_sub_pd(row, pulp::cast([c[0], c[1]]));
-                    // (e₁, e₂, e₁, e₂) · (e₁, e₂, e₂, e₁).
-                    let swapped = f2._mm_shuffle_pd::<0b01>(dev, dev);
-                    let term = f._mm256_mul_pd(
-                        f._mm256_set_m128d(dev, dev),
-                        f._mm256_set_m128d(swapped, dev),
-                    );
-                    let sum: [f64; 4] = [slots[0], slots[1], slots[2], slots[3]];
-                    let sum: [f64; 4] = pulp::cast(f._mm256_add_pd(pulp::cast(sum), term));
-                    slots[..4].copy_from_slice(&sum);
-                    continue;
-                }
-                let term = if SQUARE {
-                    let Some(c) = centres.get(g) else { continue };
-                    let c: __m128d = pulp::cast([c[0], c[1]]);
-                    let dev = f2._mm_sub_pd(row, c);
-                    f2._mm_mul_pd(dev, dev)
-                } else {
-                    row
-                };
-                let Some(slots) = sums.get_mut(g) else {
+            for (&row, &g) in rows.iter().zip(g4) {
+                let (Some(c), Some(slots)) = (centres.get(g), sums.get_mut(g)) else {
                     continue;
                 };
-                let sum: __m128d = pulp::cast([slots[0], slots[1]]);
-                let sum: [f64; 2] = pulp::cast(f2._mm_add_pd(sum, term));
-                slots[..2].copy_from_slice(&sum);
+                let c: [f64; 2] = [c[0], c[1]];
+                let dev = f._mm256_sub_pd(row, f._mm256_broadcast_pd(&pulp::cast(c)));
+                // (e₁, e₂, e₁, e₂) · (e₁, e₂, e₂, e₁).
+                let term = f._mm256_mul_pd(dev, f._mm256_permute_pd::<0b0110>(dev));
+                let sum: [f64; 4] = [slots[0], slots[1], slots[2], slots[3]];
+                let sum: [f64; 4] = pulp::cast(f._mm256_add_pd(pulp::cast(sum), term));
+                slots[..4].copy_from_slice(&sum);
             }
+            continue;
+        }
+        let rows: [__m128d; 4] = [
+            f._mm256_castpd256_pd128(even),
+            f._mm256_castpd256_pd128(odd),
+            f._mm256_extractf128_pd::<1>(even),
+            f._mm256_extractf128_pd::<1>(odd),
+        ];
+        for (&row, &g) in rows.iter().zip(g4) {
+            let term = if SQUARE {
+                let Some(c) = centres.get(g) else { continue };
+                let dev = f2._mm_sub_pd(row, pulp::cast([c[0], c[1]]));
+                f2._mm_mul_pd(dev, dev)
+            } else {
+                row
+            };
+            let Some(slots) = sums.get_mut(g) else {
+                continue;
+            };
+            let sum: __m128d = pulp::cast([slots[0], slots[1]]);
+            let sum: [f64; 2] = pulp::cast(f2._mm_add_pd(sum, term));
+            slots[..2].copy_from_slice(&sum);
         }
     }
+    whole
+}
+
+/// The rows of a [`by_rows_pairs`] pass from `whole` on, one at a time (the same additions).
+#[inline(always)]
+fn by_rows_rest<const SQUARE: bool, const CROSS: bool>(
+    columns: &[&[f64]],
+    groups: &[usize],
+    whole: usize,
+    acc: &mut [f64],
+    centre: &[f64],
+) {
     if CROSS {
+        let (sums, _) = acc.as_chunks_mut::<8>();
+        let (centres, _) = centre.as_chunks::<8>();
         for (i, &g) in groups.iter().enumerate().skip(whole) {
             let (Some(c), Some(slots)) = (centres.get(g), sums.get_mut(g)) else {
                 continue;
