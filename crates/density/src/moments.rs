@@ -1652,7 +1652,9 @@ pub(crate) fn by_rows_pairs<const SQUARE: bool, const CROSS: bool>(
 ///
 /// Why: the kernel before it took about 12 instructions a row, of which the block's checks and
 /// the two inserts that built each row's vectors were a third, and the d = 2 fits of many
-/// classes are bound by these passes' instructions (`BENCHMARKS.md`, eighty-eighth round).
+/// classes looked bound by these passes' instructions (eighty-seventh round). In cache the pair
+/// moments went from 1.13–1.16× a hand-written copy's time to 1.01–1.04× (`BENCHMARKS.md`,
+/// eighty-eighth round).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn by_rows_two<const SQUARE: bool, const CROSS: bool>(
@@ -1667,6 +1669,12 @@ fn by_rows_two<const SQUARE: bool, const CROSS: bool>(
     let whole = x.len().min(y.len()).min(groups.len()) / 8 * 8;
     acc.fill(0.0);
     let (f, f2) = (simd.avx, simd.sse2);
+    // Each group's eight slots as one array, and as many centres as groups (a group past the
+    // centres is skipped, as one past the sums): a row then costs one check of its group,
+    // where the flat slices cost five (the group, then both slots of the sums and of the
+    // centre), which were most of the loop's instructions at d = 2 (`profile gnb-fit 2 10` on
+    // the Zen 5 EPYC, medians of 21, three alternated pairs: 0.00123–0.00125 → 0.00108–0.00109
+    // s; the same additions, so the same bits).
     let (sums, _) = acc.as_chunks_mut::<8>();
     let (centres, _) = centre.as_chunks::<8>();
     let centres = &centres[..centres.len().min(sums.len())];
