@@ -1728,7 +1728,8 @@ std::thread_local! {
 /// Adds `Σ_q (x_q − m_q)² iv_q` over the first `W` columns of `x`, in order, to each row's
 /// running sum in `sum` (with `FIRST`, the sums start from zero instead), vector by vector and
 /// then one row at a time with the same operations. Without `FIRST`, every sum it reads must
-/// have been written (by the first group).
+/// have been written (by the first group). With `LAST` (the last group), each sum q is stored
+/// as the log joint `ln − 0.5 · q`, the operations the log joint takes after the sums.
 ///
 /// Each term is one fused multiply-add of (x_q − m_q)² by iv_q onto the sum: three operations
 /// per value and class where a multiply and an add made four. With many classes the kernel is
@@ -1740,7 +1741,7 @@ std::thread_local! {
 /// taken first, not folded into the multiply-add, which would lose digits when |m| ≫ σ.
 #[allow(unsafe_code)]
 #[inline(always)]
-fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool>(
+fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool, const LAST: bool>(
     simd: S,
     x: &[&[f64]; DIAGONAL_GROUP],
     m: &[f64; DIAGONAL_GROUP],
@@ -1748,11 +1749,14 @@ fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool>(
     sum: &mut [MaybeUninit<f64>],
     // A column to ask for from memory, a cache line after each vector of rows (empty: none).
     ahead: &[f64],
+    // With `LAST`, the class's log normaliser: each sum q becomes the log joint ln − q / 2.
+    ln: f64,
 ) {
     let xv: [&[S::f64s]; W] = std::array::from_fn(|q| S::as_simd_f64s(x[q]).0);
     let mv: [S::f64s; W] = std::array::from_fn(|q| simd.splat_f64s(m[q]));
     let ivv: [S::f64s; W] = std::array::from_fn(|q| simd.splat_f64s(iv[q]));
     let zero = simd.splat_f64s(0.0);
+    let (lnv, half) = (simd.splat_f64s(ln), simd.splat_f64s(0.5));
     let (head, tail) = S::as_uninit_mut_simd_f64s(sum);
     for (v, s) in head.iter_mut().enumerate() {
         // SAFETY (not `FIRST`): the first group wrote this sum.
@@ -1764,6 +1768,9 @@ fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool>(
         for q in 0..W {
             let t = simd.sub_f64s(xv[q][v], mv[q]);
             acc = simd.mul_add_f64s(simd.mul_f64s(t, t), ivv[q], acc);
+        }
+        if LAST {
+            acc = simd.sub_f64s(lnv, simd.mul_f64s(half, acc));
         }
         *s = MaybeUninit::new(acc);
         density::block::prefetch(ahead, v * S::F64_LANES);
@@ -1779,6 +1786,9 @@ fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool>(
         for q in 0..W {
             let t = x[q][first_tail + i] - m[q];
             acc = (t * t).mul_add(iv[q], acc);
+        }
+        if LAST {
+            acc = ln - 0.5 * acc;
         }
         *s = MaybeUninit::new(acc);
     }
@@ -1940,7 +1950,6 @@ impl DiagonalLogJoint<'_> {
             prefetched_rows,
         } = self;
         let (b, k) = (columns[0].len(), sums.len());
-        let half = simd.splat_f64s(0.5);
         let ahead = k >= PREFETCHED_MIN_CLASSES;
         let block_rows = if ahead {
             prefetched_rows
@@ -1988,30 +1997,39 @@ impl DiagonalLogJoint<'_> {
                     let (m, iv) = (at(means), at(inv_var));
                     let sum = &mut sum[r0..r1];
                     const G: usize = DIAGONAL_GROUP;
-                    match (j == 0, width == G) {
-                        (true, true) => add_squares::<S, G, true>(simd, &x, &m, &iv, sum, asks),
-                        (true, false) => add_squares::<S, 1, true>(simd, &x, &m, &iv, sum, asks),
-                        (false, true) => add_squares::<S, G, false>(simd, &x, &m, &iv, sum, asks),
-                        (false, false) => add_squares::<S, 1, false>(simd, &x, &m, &iv, sum, asks),
+                    let ln = log_norm[c];
+                    // The last group turns each sum into its log joint as it stores it, rather
+                    // than a pass of its own over the block's sums (a load and a store more per
+                    // class and vector of rows; 3.4% of `gnb-predict 16 10`'s samples).
+                    let (x, m, iv) = (&x, &m, &iv);
+                    match (j == 0, width == G, j + width == d) {
+                        (true, true, true) => {
+                            add_squares::<S, G, true, true>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (true, true, false) => {
+                            add_squares::<S, G, true, false>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (true, false, true) => {
+                            add_squares::<S, 1, true, true>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (true, false, false) => {
+                            add_squares::<S, 1, true, false>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (false, true, true) => {
+                            add_squares::<S, G, false, true>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (false, true, false) => {
+                            add_squares::<S, G, false, false>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (false, false, true) => {
+                            add_squares::<S, 1, false, true>(simd, x, m, iv, sum, asks, ln)
+                        }
+                        (false, false, false) => {
+                            add_squares::<S, 1, false, false>(simd, x, m, iv, sum, asks, ln)
+                        }
                     }
                 }
                 j += width;
-            }
-            // The sums of the block, still in cache, become log joints.
-            for (sum, &ln) in sums.iter_mut().zip(log_norm) {
-                let (head, tail) = S::as_uninit_mut_simd_f64s(&mut sum[r0..r1]);
-                let lnv = simd.splat_f64s(ln);
-                // SAFETY: the block's first group (`j == 0`) wrote every sum of the block.
-                #[allow(unsafe_code)]
-                for v in head {
-                    *v = MaybeUninit::new(
-                        simd.sub_f64s(lnv, simd.mul_f64s(half, unsafe { v.assume_init() })),
-                    );
-                }
-                #[allow(unsafe_code)]
-                for v in tail {
-                    *v = MaybeUninit::new(ln - 0.5 * unsafe { v.assume_init() });
-                }
             }
         }
     }
@@ -2101,10 +2119,18 @@ mod tests {
 
     /// Diagonal log joints by groups of columns, asking ahead (K ≥ `PREFETCHED_MIN_CLASSES`),
     /// have the bits of the formula row by row (Σ_q ((x_q − m_q)² · iv_q + acc), fused, then
-    /// ln − ½ · sum) at any block size, rows after the last whole vector included.
+    /// ln − ½ · sum) at any block size, rows after the last whole vector included, whether the
+    /// last group (which turns the sums into log joints) is a whole group or a single column.
     #[test]
     fn diagonal_log_joints_by_groups_have_the_same_bits_at_every_block_size() {
-        let (b, d, k) = (1003, 11, PREFETCHED_MIN_CLASSES + 1);
+        for d in [11, 12] {
+            diagonal_log_joints_by_groups_have_the_bits_of_the_formula(d);
+        }
+    }
+
+    fn diagonal_log_joints_by_groups_have_the_bits_of_the_formula(d: usize) {
+        assert!(d > density::moments::SHORT_RUN_MAX_COLUMNS, "d = {d} takes `run`");
+        let (b, k) = (1003, PREFETCHED_MIN_CLASSES + 1);
         let data: Vec<Vec<f64>> = (0..d)
             .map(|j| {
                 (0..b)
@@ -2159,7 +2185,7 @@ mod tests {
                     assert_eq!(
                         out[c][i].to_bits(),
                         expected[c][i].to_bits(),
-                        "class {c}, row {i}, blocks of {rows} rows"
+                        "d = {d}, class {c}, row {i}, blocks of {rows} rows"
                     );
                 }
             }
