@@ -249,14 +249,14 @@ fn by_masks(k: usize, d: usize) -> bool {
 /// included).
 fn checked_class_counts_and_means(
     chunk: &Chunk<'_>,
-    labels: &[usize],
+    masks: &mut density::moments::KeptMasks<'_>,
     counts: &mut [usize],
     means: &mut [f64],
 ) -> Result<()> {
     let (k, d) = (counts.len(), chunk.x.ncols());
     means.fill(0.0);
     let mut sums = MatMut::from_row_major_slice_mut(means, k, d);
-    density::moments::grouped_sums_and_counts(chunk.x, labels, sums.as_mut(), counts);
+    density::moments::grouped_sums_and_counts_keeping(chunk.x, masks, sums.as_mut(), counts);
     check_through_sums(chunk, sums.as_ref())?;
     divide_by_counts(sums, counts);
     Ok(())
@@ -312,15 +312,17 @@ fn full_class_stats(
     // by_masks bounds k · d(d + 1)/2, so k · d too, and k.
     let (mut counts, mut means) = ([0; MASKED_MAX_CLASSES], [0.0; MASKED_MAX_PRODUCTS]);
     let (counts, means) = (&mut counts[..k], &mut means[..k * d]);
-    checked_class_counts_and_means(chunk, labels, counts, means)?;
+    // The class masks the sums build, kept for the products.
+    let mut masks = density::moments::KeptMasks::new(labels, k);
+    checked_class_counts_and_means(chunk, &mut masks, counts, means)?;
     let means = &*means;
     // Each class's packed products, row by row as its mean (by_masks keeps them few).
     let products = d * (d + 1) / 2;
     let mut lower = [0.0; MASKED_MAX_PRODUCTS];
     let lower = &mut lower[..k * products];
-    density::moments::grouped_cross_products(
+    density::moments::grouped_cross_products_keeping(
         x,
-        labels,
+        &mut masks,
         MatRef::from_row_major_slice(means, k, d),
         MatMut::from_row_major_slice_mut(lower, k, products),
         chunk.ahead,
@@ -2129,7 +2131,10 @@ mod tests {
     }
 
     fn diagonal_log_joints_by_groups_have_the_bits_of_the_formula(d: usize) {
-        assert!(d > density::moments::SHORT_RUN_MAX_COLUMNS, "d = {d} takes `run`");
+        assert!(
+            d > density::moments::SHORT_RUN_MAX_COLUMNS,
+            "d = {d} takes `run`"
+        );
         let (b, k) = (1003, PREFETCHED_MIN_CLASSES + 1);
         let data: Vec<Vec<f64>> = (0..d)
             .map(|j| {
