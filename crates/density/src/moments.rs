@@ -462,12 +462,24 @@ pub fn grouped_sums_and_counts(
     sums: MatMut<'_, f64>,
     counts: &mut [usize],
 ) -> bool {
+    sums_and_counts(x, groups, sums, counts, None)
+}
+
+/// [`grouped_sums_and_counts`], with masks kept from an earlier pass or for a later one.
+fn sums_and_counts(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    sums: MatMut<'_, f64>,
+    counts: &mut [usize],
+    kept: Option<&mut Vec<u8>>,
+) -> bool {
     if sums.nrows() > BY_INDEX_MIN_GROUPS {
         group_counts_into(groups, counts);
         return sums_by_index(x, groups, sums, |v| v, |v| v < 0.0);
     }
     pulp::Arch::new().dispatch(Grouped {
         counts: Some(counts),
+        kept,
         ..Grouped::sums(x, groups, sums)
     })
 }
@@ -516,15 +528,8 @@ pub fn grouped_sums_and_counts_keeping(
     counts: &mut [usize],
 ) -> bool {
     let groups = masks.groups;
-    if sums.nrows() > BY_INDEX_MIN_GROUPS {
-        return grouped_sums_and_counts(x, groups, sums, counts);
-    }
     let kept = masks.for_groups(sums.nrows());
-    pulp::Arch::new().dispatch(Grouped {
-        counts: Some(counts),
-        kept,
-        ..Grouped::sums(x, groups, sums)
-    })
+    sums_and_counts(x, groups, sums, counts, kept)
 }
 
 /// [`grouped_sums_and_counts`] by rows: adds to `sums[(g, j)]` group g's values of column j,
@@ -1971,15 +1976,7 @@ pub fn grouped_cross_products(
     sums: MatMut<'_, f64>,
     ahead: RowsAhead<'_>,
 ) {
-    debug_assert_eq!(centers.nrows(), sums.nrows());
-    debug_assert_eq!(centers.ncols(), x.ncols());
-    debug_assert_eq!(sums.ncols(), x.ncols() * (x.ncols() + 1) / 2);
-    pulp::Arch::new().dispatch(Grouped {
-        centers: Some(centers),
-        cross: true,
-        ahead,
-        ..Grouped::sums(x, groups, sums)
-    });
+    cross_products(x, groups, centers, sums, ahead, None);
 }
 
 /// [`grouped_cross_products`] of `masks`' labels, with the masks kept there (built here if no
@@ -1991,11 +1988,23 @@ pub fn grouped_cross_products_keeping(
     sums: MatMut<'_, f64>,
     ahead: RowsAhead<'_>,
 ) {
+    let groups = masks.groups;
+    let kept = masks.for_groups(sums.nrows());
+    cross_products(x, groups, centers, sums, ahead, kept);
+}
+
+/// [`grouped_cross_products`], with masks kept from an earlier pass or for a later one.
+fn cross_products(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    centers: MatRef<'_, f64>,
+    sums: MatMut<'_, f64>,
+    ahead: RowsAhead<'_>,
+    kept: Option<&mut Vec<u8>>,
+) {
     debug_assert_eq!(centers.nrows(), sums.nrows());
     debug_assert_eq!(centers.ncols(), x.ncols());
     debug_assert_eq!(sums.ncols(), x.ncols() * (x.ncols() + 1) / 2);
-    let groups = masks.groups;
-    let kept = masks.for_groups(sums.nrows());
     pulp::Arch::new().dispatch(Grouped {
         centers: Some(centers),
         cross: true,
@@ -3745,8 +3754,6 @@ mod tests {
         }
     }
 
-    /// Each group's cross products match a compensated reference for every pair of columns,
-    /// and the diagonal pairs are `grouped_sums_sq`'s bits.
     /// Sums, counts and cross products through kept masks have the bits of the passes that
     /// build their own, whichever pass builds them, and a pass over another number of groups
     /// does not read masks kept for one.
@@ -3815,6 +3822,8 @@ mod tests {
         }
     }
 
+    /// Each group's cross products match a compensated reference for every pair of columns,
+    /// and the diagonal pairs are `grouped_sums_sq`'s bits.
     #[test]
     fn grouped_cross_products_match_a_reference_and_the_squares() {
         for n in [0, 1, 15, 16, 17, 100, 4099] {
