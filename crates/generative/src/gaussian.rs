@@ -1796,6 +1796,30 @@ fn add_squares<S: pulp::Simd, const W: usize, const FIRST: bool, const LAST: boo
     }
 }
 
+/// The arguments of [`add_squares_of_width`].
+type SquaresArgs<'a, 'b, S> = (
+    S,
+    bool,
+    &'a [&'b [f64]; DIAGONAL_GROUP],
+    &'a [f64; DIAGONAL_GROUP],
+    &'a [f64; DIAGONAL_GROUP],
+    &'a mut [MaybeUninit<f64>],
+    &'a [f64],
+    f64,
+);
+
+/// [`add_squares`] over a whole group of [`DIAGONAL_GROUP`] columns (`whole`) or one column.
+#[inline(always)]
+fn add_squares_of_width<S: pulp::Simd, const FIRST: bool, const LAST: bool>(
+    (simd, whole, x, m, iv, sum, asks, ln): SquaresArgs<'_, '_, S>,
+) {
+    const G: usize = DIAGONAL_GROUP;
+    match whole {
+        true => add_squares::<S, G, FIRST, LAST>(simd, x, m, iv, sum, asks, ln),
+        false => add_squares::<S, 1, FIRST, LAST>(simd, x, m, iv, sum, asks, ln),
+    }
+}
+
 /// The log joints of a diagonal (or spherical) Gaussian classifier for a chunk, as one `pulp`
 /// kernel so that everything, the step to the output included, is compiled for the widest SIMD
 /// the CPU has (the output step outside it ran as scalar SSE2 code, a tenth of Gaussian naive
@@ -2004,31 +2028,12 @@ impl DiagonalLogJoint<'_> {
                     // than a pass of its own over the block's sums (a load and a store more per
                     // class and vector of rows; 3.4% of `gnb-predict 16 10`'s samples).
                     let (x, m, iv) = (&x, &m, &iv);
-                    match (j == 0, width == G, j + width == d) {
-                        (true, true, true) => {
-                            add_squares::<S, G, true, true>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (true, true, false) => {
-                            add_squares::<S, G, true, false>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (true, false, true) => {
-                            add_squares::<S, 1, true, true>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (true, false, false) => {
-                            add_squares::<S, 1, true, false>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (false, true, true) => {
-                            add_squares::<S, G, false, true>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (false, true, false) => {
-                            add_squares::<S, G, false, false>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (false, false, true) => {
-                            add_squares::<S, 1, false, true>(simd, x, m, iv, sum, asks, ln)
-                        }
-                        (false, false, false) => {
-                            add_squares::<S, 1, false, false>(simd, x, m, iv, sum, asks, ln)
-                        }
+                    let args = (simd, width == G, x, m, iv, sum, asks, ln);
+                    match (j == 0, j + width == d) {
+                        (true, true) => add_squares_of_width::<S, true, true>(args),
+                        (true, false) => add_squares_of_width::<S, true, false>(args),
+                        (false, true) => add_squares_of_width::<S, false, true>(args),
+                        (false, false) => add_squares_of_width::<S, false, false>(args),
                     }
                 }
                 j += width;
