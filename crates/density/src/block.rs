@@ -86,6 +86,25 @@ pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
         .collect()
 }
 
+/// The column stride, in rows, for a new column-major matrix of `nrows` rows of `f64`: `nrows`
+/// rounded up to whole 64-byte lines, plus one line when that is a multiple of 16 lines.
+///
+/// Why: the same row of columns whose starts lie a multiple of 16 lines (1 KiB) apart falls in
+/// at most 4 of an L1's 64 sets, and at a power of two in one set of L1 and L2 alike; a kernel
+/// that walks K ≥ 8 columns abreast (each class's scores) then evicts its own lines. At n =
+/// 2^20 rows (8 MiB columns) LDA's `predict_proba` at d = 64, K = 10 took 66 ms against 27 ms at
+/// n = 10^6 (`BENCHMARKS.md`, ninetieth round). An odd number of lines puts the K columns'
+/// same rows in K different sets. Sizes that are not a multiple of 16 lines keep their
+/// stride (n = 10^6, 125,000 lines, spreads the columns over 8 sets).
+pub fn spread_row_capacity(nrows: usize) -> usize {
+    let lines = nrows.div_ceil(8);
+    if lines > 0 && lines.is_multiple_of(16) {
+        (lines + 1) * 8
+    } else {
+        lines * 8
+    }
+}
+
 /// Asks the CPU to bring the cache line holding `values[at]` into cache, without waiting for it
 /// (nothing when `at` is past the end, or off x86-64): for a pass that knows what it reads
 /// next, so that reading it from memory overlaps the arithmetic on what is already in cache.
@@ -767,6 +786,29 @@ mod tests {
                     "({i}, {j}) of {n} x {d}"
                 );
             }
+        }
+    }
+
+    /// The cache sets (of 64, one line each) that row 0 of columns `0..k` falls in, with
+    /// columns `stride` rows apart.
+    fn sets_of_columns(stride: usize, k: usize) -> std::collections::BTreeSet<usize> {
+        (0..k).map(|c| c * stride / 8 % 64).collect()
+    }
+
+    #[test]
+    fn spread_strides_put_each_column_in_its_own_set_and_keep_other_sizes() {
+        for n in [128, 4096, 4095, 1 << 20, 3 << 12, 999_424, 12_800] {
+            let stride = spread_row_capacity(n);
+            assert!(stride >= n && stride.is_multiple_of(8) && stride < n + 16, "n = {n}");
+            // A multiple of 16 lines: one line more, an odd number, and 16 columns in 16 sets.
+            assert_eq!(stride / 8 % 2, 1, "n = {n}");
+            assert_eq!(sets_of_columns(stride, 16).len(), 16, "n = {n}");
+            // The stride it replaced put them all in at most 4.
+            assert!(sets_of_columns(n.div_ceil(8) * 8, 16).len() <= 4, "n = {n}");
+        }
+        // Not a multiple of 16 lines: whole lines only, as before.
+        for n in [0, 1, 7, 8, 100, 1000, 100_000, 1_000_000, 4097, 4088] {
+            assert_eq!(spread_row_capacity(n), n.div_ceil(8) * 8, "n = {n}");
         }
     }
 

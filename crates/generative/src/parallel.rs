@@ -262,7 +262,9 @@ where
     T: Send,
     F: Fn(usize, &mut FreshChunk<'_>) -> T + Sync,
 {
-    let mut out = Mat::<f64>::with_capacity(nrows, ncols);
+    // Columns a whole number of lines apart, never a multiple of 16 lines (see
+    // `spread_row_capacity`).
+    let mut out = Mat::<f64>::with_capacity(density::block::spread_row_capacity(nrows), ncols);
     // SAFETY: `with_capacity` reserved at least `nrows × ncols`. The entries are not yet
     // initialised; faer allows a view of such memory as long as every entry is written before
     // it is read or a reference to it is formed. The pass below visits every chunk (`collect`

@@ -347,6 +347,37 @@ fn each_rows_lda_posteriors_are_the_same_bits_alone_and_in_the_whole() {
     }
 }
 
+/// A fresh output of 2^k rows takes one line more per column (its K columns' same rows in K
+/// cache sets, `density::block::spread_row_capacity`), with the bits of the same posteriors
+/// written into a kept buffer whose columns lie exactly n rows apart.
+#[test]
+fn fresh_outputs_of_power_of_two_rows_are_spread_with_the_same_bits() {
+    let n = 2 * parallel::CHUNK_ROWS;
+    for (s, k) in [
+        (CovarianceStructure::Tied, 10),
+        (CovarianceStructure::Diagonal, 3),
+        (CovarianceStructure::Full, 12),
+    ] {
+        let (x, y) = gaussian_data(n, 5, k, 33);
+        let m = fit_gaussian(s, &x, &y, k);
+        let fresh = m.predict_proba(x.as_ref()).unwrap();
+        assert_eq!(fresh.col_stride() as usize, n + 8, "{s:?}");
+        let mut kept = Mat::<f64>::zeros(n, k);
+        assert_eq!(kept.col_stride() as usize, n);
+        m.log_joint_into(x.as_ref(), kept.as_mut(), model::Posterior::Probability)
+            .unwrap();
+        for c in 0..k {
+            for i in 0..n {
+                assert_eq!(
+                    fresh[(i, c)].to_bits(),
+                    kept[(i, c)].to_bits(),
+                    "{s:?} row {i} class {c}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn lda_discriminant_softmax_equals_predict_proba() {
     let (x, y) = gaussian_data(500, 4, 3, 2);
