@@ -661,7 +661,7 @@ impl RowBlock {
     /// Lays out the rows of `x` (any layout).
     pub fn load(&mut self, x: MatRef<'_, f64>) {
         let (n, d) = (x.nrows(), x.ncols());
-        let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+        let stride = crate::block::spread_row_capacity(n);
         let cols = d.div_ceil(TILE_J) * TILE_J;
         let y = crate::block::aligned_prefix(&mut self.buf, cols * stride);
         self.zeroed.clear(y, d * stride..cols * stride);
@@ -743,7 +743,7 @@ impl RowBlock {
         groups: &[usize],
         k: usize,
     ) -> (&mut [f64], &[u8], usize) {
-        let stride = n.div_ceil(CLASS_ROWS_MULTIPLE) * CLASS_ROWS_MULTIPLE;
+        let stride = crate::block::spread_row_capacity(n);
         let cols = d.div_ceil(TILE_J) * TILE_J;
         (self.stride, self.n, self.d) = (stride, n, d);
         narrow_groups(groups, k, &mut self.narrow_groups);
@@ -2919,6 +2919,31 @@ mod tests {
                 assert_eq!(got.to_bits(), want.to_bits(), "{n} rows");
             }
         }
+    }
+
+    /// A block of a whole chunk (4096 rows, 512 lines per column) lays its columns out one line
+    /// more apart, so that the scatter's tiles do not read eight columns' same rows from one
+    /// cache set; the rows past n, which the tiles read, are zero.
+    #[test]
+    fn blocks_of_whole_chunks_are_spread_with_zero_rows_after_theirs() {
+        let mut block = RowBlock::new();
+        for n in [4096, 4095, 1000] {
+            let x = Mat::from_fn(n, 9, |i, j| (i * 9 + j) as f64 + 0.5);
+            block.load(x.as_ref());
+            let stride = block.stride;
+            assert_eq!(stride, crate::block::spread_row_capacity(n), "n = {n}");
+            let cols = 9usize.div_ceil(TILE_J) * TILE_J;
+            let y = crate::block::aligned_prefix(&mut block.buf, cols * stride);
+            for j in 0..9 {
+                assert!(
+                    y[j * stride + n..(j + 1) * stride]
+                        .iter()
+                        .all(|&v| v == 0.0)
+                );
+                assert_eq!(y[j * stride + n - 1], x[(n - 1, j)], "n = {n}, column {j}");
+            }
+        }
+        assert_eq!(crate::block::spread_row_capacity(4096), 4104);
     }
 
     /// The block's class means run in passes of rows ([`class_means`]); each must keep the
