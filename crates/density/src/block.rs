@@ -799,7 +799,10 @@ mod tests {
     fn spread_strides_put_each_column_in_its_own_set_and_keep_other_sizes() {
         for n in [128, 4096, 4095, 1 << 20, 3 << 12, 999_424, 12_800] {
             let stride = spread_row_capacity(n);
-            assert!(stride >= n && stride.is_multiple_of(8) && stride < n + 16, "n = {n}");
+            assert!(
+                stride >= n && stride.is_multiple_of(8) && stride < n + 16,
+                "n = {n}"
+            );
             // A multiple of 16 lines: one line more, an odd number, and 16 columns in 16 sets.
             assert_eq!(stride / 8 % 2, 1, "n = {n}");
             assert_eq!(sets_of_columns(stride, 16).len(), 16, "n = {n}");

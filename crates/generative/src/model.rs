@@ -13,7 +13,7 @@ use faer::{Mat, MatMut, MatRef};
 
 use crate::parallel::{
     CHUNK_ROWS, FreshChunk, Runs, build_by_fresh_row_chunks, check_finite_rows, row_chunks_mut,
-    run_indexed_with, run_length,
+    run_indexed_with, run_length, spread_zeros,
 };
 use crate::score_formula::ScoreFormula;
 use crate::{GenerativeError, Result};
@@ -466,7 +466,7 @@ where
         for s0 in (0..b).step_by(block) {
             let len = block.min(b - s0);
             if own.nrows() < len {
-                *own = Mat::zeros(block, k);
+                *own = spread_zeros(block, k);
             }
             let mut scores = own.as_mut().subrows_mut(0, len);
             density::block::with_column_major(x.subrows(r0 + s0, len), |xc| {
@@ -616,7 +616,7 @@ where
                 Some(chunk) => chunk,
                 None => {
                     if own.nrows() < b {
-                        *own = Mat::zeros(CHUNK_ROWS, k);
+                        *own = spread_zeros(CHUNK_ROWS, k);
                     }
                     own.as_mut().subrows_mut(0, b)
                 }
@@ -872,7 +872,7 @@ fn score_then_stream<M: GenerativeClassifier + ?Sized>(
     let (b, k) = (xc.nrows(), model.n_classes());
     STREAMED_SCORES.with_borrow_mut(|own| {
         if own.nrows() < b || own.ncols() != k {
-            *own = Mat::zeros(b.max(CHUNK_ROWS), k);
+            *own = spread_zeros(b.max(CHUNK_ROWS), k);
         }
         let mut scores = own.as_mut().subrows_mut(0, b);
         fill_laid_out_chunk(model, xc, r0, scores.as_mut(), Posterior::Scores, check)?;

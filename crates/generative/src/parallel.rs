@@ -292,6 +292,15 @@ pub fn zeros(nrows: usize, ncols: usize) -> Mat<f64> {
     build_by_row_chunks(nrows, ncols, |_, _| ()).0
 }
 
+/// An `nrows × ncols` matrix of zeros whose columns lie [`density::block::spread_row_capacity`]
+/// rows apart, made on the calling thread: for a worker's own scratch of a chunk's scores,
+/// whose `CHUNK_ROWS` rows (512 lines) put every class's same rows in one cache set.
+pub fn spread_zeros(nrows: usize, ncols: usize) -> Mat<f64> {
+    let mut m = Mat::<f64>::with_capacity(density::block::spread_row_capacity(nrows), ncols);
+    m.resize_with(nrows, ncols, |_, _| 0.0);
+    m
+}
+
 /// A chunk handed to a worker: which set it comes from, its first row, and its rows.
 #[derive(Debug, Clone, Copy)]
 pub struct Chunk<'a> {
@@ -1046,6 +1055,18 @@ mod tests {
         for (n, k) in [(2 * CHUNK_ROWS + 17, 3), (5, 2), (0, 4), (7, 0)] {
             let m = zeros(n, k);
             assert_eq!((m.nrows(), m.ncols()), (n, k));
+            assert!((0..k).all(|j| (0..n).all(|i| m[(i, j)].to_bits() == 0)));
+        }
+    }
+
+    #[test]
+    fn spread_zeros_are_zeros_one_line_apart_at_whole_chunks() {
+        for (n, k, stride) in [(CHUNK_ROWS, 10, CHUNK_ROWS + 8), (1000, 3, 1000), (0, 2, 0)] {
+            let m = spread_zeros(n, k);
+            assert_eq!((m.nrows(), m.ncols()), (n, k));
+            if k > 1 && n > 0 {
+                assert_eq!(m.col_stride() as usize, stride, "n = {n}");
+            }
             assert!((0..k).all(|j| (0..n).all(|i| m[(i, j)].to_bits() == 0)));
         }
     }
