@@ -578,8 +578,11 @@ where
     let k = model.n_classes();
     let stream = stream
         && what == Posterior::Probability
-        && out.is_some()
-        && streams_posteriors(x.nrows(), k);
+        && out.as_ref().is_some_and(|out| {
+            streams_posteriors(x.nrows(), k)
+                || (columns_share_cache_sets(out.as_ref())
+                    && (2..=density::exp::SOFTMAX_MAX_COLUMNS).contains(&k))
+        });
     let chunks: Vec<(usize, Option<MatMut<'_, f64>>)> = match out {
         Some(out) => {
             if out.nrows() != x.nrows() || out.ncols() != k {
@@ -829,6 +832,19 @@ fn streams_posteriors(rows: usize, k: usize) -> bool {
     (2..=density::exp::SOFTMAX_MAX_COLUMNS).contains(&k)
         && rows.saturating_mul(k).saturating_mul(8) >= STREAMED_OUTPUT_BYTES
         && density::cpu::is_intel()
+}
+
+/// Whether the columns of `out` (column-major) lie a multiple of 16 cache lines apart, so that
+/// their same rows share at most four cache sets (as a caller's n × K buffer at n = 2^20 does;
+/// the outputs we allocate are spread, `density::block::spread_row_capacity`). Posteriors into
+/// such a buffer are scored in a worker's own spread chunk and streamed out
+/// ([`score_then_stream`]) on every CPU: scored in place, each class's scores evicted the
+/// others' (LDA's `predict_proba` into a kept buffer at n = 2^20, d = 64, K = 10: see
+/// `BENCHMARKS.md`, ninetieth round).
+fn columns_share_cache_sets(out: MatRef<'_, f64>) -> bool {
+    out.ncols() > 1
+        && out.row_stride() == 1
+        && usize::try_from(out.col_stride()).is_ok_and(|s| s.is_multiple_of(128))
 }
 
 /// [`streams_posteriors`] by its rule (0), always (every size and CPU), or never.
@@ -1534,6 +1550,23 @@ pub trait WeightedFit: Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Buffers whose columns lie a multiple of 16 lines apart are the ones streamed into; ours
+    /// (spread) and ordinary sizes are not.
+    #[test]
+    fn only_columns_a_multiple_of_16_lines_apart_share_cache_sets() {
+        let plain = |n: usize, k: usize| Mat::<f64>::zeros(n, k);
+        assert!(columns_share_cache_sets(plain(8192, 3).as_ref()));
+        assert!(columns_share_cache_sets(plain(128, 2).as_ref()));
+        assert!(!columns_share_cache_sets(plain(8192, 1).as_ref()));
+        assert!(!columns_share_cache_sets(plain(1000, 3).as_ref()));
+        assert!(!columns_share_cache_sets(plain(1_000_000, 10).as_ref()));
+        assert!(!columns_share_cache_sets(spread_zeros(8192, 3).as_ref()));
+        // Rows laid out row-major: not columns at all.
+        assert!(!columns_share_cache_sets(
+            plain(3, 8192).as_ref().transpose()
+        ));
+    }
 
     /// The column-wise vector argmax gives each row the index a row-by-row scan gives (first on
     /// ties, NaN never taken, a row of −∞ or of NaN at 0) for row counts around the vector

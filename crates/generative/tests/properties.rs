@@ -349,7 +349,8 @@ fn each_rows_lda_posteriors_are_the_same_bits_alone_and_in_the_whole() {
 
 /// A fresh output of 2^k rows takes one line more per column (its K columns' same rows in K
 /// cache sets, `density::block::spread_row_capacity`), with the bits of the same posteriors
-/// written into a kept buffer whose columns lie exactly n rows apart.
+/// written into a kept buffer whose columns lie exactly n rows apart (which are scored in a
+/// worker's own chunk and streamed out).
 #[test]
 fn fresh_outputs_of_power_of_two_rows_are_spread_with_the_same_bits() {
     let n = 2 * parallel::CHUNK_ROWS;
