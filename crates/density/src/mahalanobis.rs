@@ -318,14 +318,33 @@ fn small_classes<S: pulp::Simd, const D: usize>(simd: S, kernel: &mut ClassesKer
 }
 
 /// The whitened rows w_i = L⁻¹(x_i − μ) of `x` (n × d, any layout), into `out` as n × d
-/// column-major (column j at `out[j · n..(j + 1) · n]`): the substitution of
-/// [`squared_mahalanobis`], its values kept instead of only their squared norm. A shared
-/// covariance (LDA's log joints) whitens each row once and then needs only ‖w_i − L⁻¹(μ_k − μ)‖²
-/// per class, K · d operations per row rather than K substitutions of d²/2.
-pub fn whiten_rows(x: MatRef<'_, f64>, mean: &[f64], chol_lower: MatRef<'_, f64>, out: &mut [f64]) {
-    debug_assert_eq!(out.len(), x.nrows() * x.ncols());
-    let mut norms = vec![0.0; x.nrows()];
-    run_kernel(x, mean, chol_lower, 1.0, 0.0, &mut norms, Some(out));
+/// column-major, column j at `out[j · stride..][..n]` (`stride` ≥ n; the values between the
+/// columns are left as they were): the substitution of [`squared_mahalanobis`], its values
+/// kept instead of only their squared norm. A shared covariance (LDA's log joints) whitens each
+/// row once and then needs only ‖w_i − L⁻¹(μ_k − μ)‖² per class, K · d operations per row
+/// rather than K substitutions of d²/2.
+///
+/// # Panics
+/// If `stride` < n or `out` is shorter than the last column's end.
+pub fn whiten_rows(
+    x: MatRef<'_, f64>,
+    mean: &[f64],
+    chol_lower: MatRef<'_, f64>,
+    out: &mut [f64],
+    stride: usize,
+) {
+    let (n, d) = (x.nrows(), x.ncols());
+    assert!(stride >= n && out.len() >= d.saturating_sub(1) * stride + n);
+    let mut norms = vec![0.0; n];
+    run_kernel(
+        x,
+        mean,
+        chol_lower,
+        1.0,
+        0.0,
+        &mut norms,
+        Some((out, stride)),
+    );
 }
 
 /// `out[i] = scale · ‖L⁻¹(x_i − μ)‖² + offset`, one fused multiply-add per row; with
@@ -337,7 +356,7 @@ fn run_kernel(
     scale: f64,
     offset: f64,
     out: &mut [f64],
-    whitened: Option<&mut [f64]>,
+    whitened: Option<(&mut [f64], usize)>,
 ) {
     let d = x.ncols();
     debug_assert_eq!(mean.len(), d);
@@ -463,8 +482,9 @@ struct Kernel<'a> {
     scale: f64,
     offset: f64,
     out: &'a mut [f64],
-    /// Where the whitened rows go, n × d column-major, when they are wanted.
-    whitened: Option<&'a mut [f64]>,
+    /// Where the whitened rows go, n × d column-major with its column stride, when they are
+    /// wanted.
+    whitened: Option<(&'a mut [f64], usize)>,
 }
 
 impl BlockedKernel for Kernel<'_> {
@@ -506,10 +526,11 @@ impl BlockedKernel for Kernel<'_> {
                 },
             );
             out_block.copy_from_slice(&norms[..out_block.len()]);
-            if let Some(w) = self.whitened.as_deref_mut() {
-                let (n, len) = (self.x.nrows(), out_block.len());
+            if let Some((w, stride)) = self.whitened.as_mut() {
+                let len = out_block.len();
                 for j in 0..d {
-                    w[j * n + block * rows..][..len].copy_from_slice(&done[j * rows..][..len]);
+                    w[j * *stride + block * rows..][..len]
+                        .copy_from_slice(&done[j * rows..][..len]);
                 }
             }
         }
@@ -714,12 +735,18 @@ mod tests {
                 squared_mahalanobis(x.as_ref(), &mean, l.as_ref(), &mut distances);
                 let layouts = crate::test_layouts::Layouts::new(x.as_ref());
                 for (which, view) in layouts.views(x.as_ref()).into_iter().enumerate() {
-                    let mut got = vec![f64::NAN; n * d];
-                    whiten_rows(view, &mean, l.as_ref(), &mut got);
+                    // Columns n rows apart, and 8 rows more (the gaps left as they were).
+                    let stride = n + 8 * (which % 2);
+                    let mut got = vec![f64::NAN; stride * d];
+                    whiten_rows(view, &mean, l.as_ref(), &mut got, stride);
+                    for j in 0..d {
+                        let gap = &got[j * stride + n..(j + 1) * stride];
+                        assert!(gap.iter().all(|v| v.is_nan()), "d={d} n={n} column {j}");
+                    }
                     for i in 0..n {
                         let mut q = 0.0f64;
                         for j in 0..d {
-                            let (g, w) = (got[j * n + i], want[(j, i)]);
+                            let (g, w) = (got[j * stride + i], want[(j, i)]);
                             assert!(
                                 (g - w).abs() <= 1e-12 * (1.0 + w.abs()),
                                 "d={d} n={n} layout={which} ({i}, {j}): {g} vs {w}"

@@ -1382,6 +1382,7 @@ impl GaussianClassifier {
             &centre,
             l,
             &mut by_columns,
+            k,
         );
         // `whiten_rows` writes K × d column by column; the kernels read class by class.
         let whitened = (0..k * d)
@@ -1689,17 +1690,20 @@ impl GenerativeClassifier for GaussianClassifier {
                 }
                 let l = MatRef::from_column_major_slice(&self.factors, d, d);
                 let (centre, whitened_means) = self.tied_centre_and_whitened_means();
-                // Every value is written by the whitening, so the buffer is only zeroed as it
-                // grows.
+                // Every value read is written by the whitening, so the buffer is only zeroed
+                // as it grows. Its columns lie `spread_row_capacity` rows apart: a whole
+                // chunk's 4096 rows put every column's same rows in one cache set (`profile
+                // lda-loglik 64 10`: see `BENCHMARKS.md`, ninetieth round).
+                let stride = density::block::spread_row_capacity(b);
                 let mut z = WHITENED.take();
-                if z.len() < b * d {
-                    z.resize(b * d, 0.0);
+                if z.len() < stride * d {
+                    z.resize(stride * d, 0.0);
                 }
-                density::mahalanobis::whiten_rows(x, &centre, l, &mut z[..b * d]);
+                density::mahalanobis::whiten_rows(x, &centre, l, &mut z[..stride * d], stride);
                 let unit = vec![1.0; k * d];
-                let columns: Vec<std::borrow::Cow<'_, [f64]>> = z[..b * d]
-                    .chunks_exact(b)
-                    .map(std::borrow::Cow::Borrowed)
+                let columns: Vec<std::borrow::Cow<'_, [f64]>> = z[..stride * d]
+                    .chunks_exact(stride)
+                    .map(|column| std::borrow::Cow::Borrowed(&column[..b]))
                     .collect();
                 diagonal_log_joints(&columns, &whitened_means, &unit, &log_norm, out.as_mut());
                 drop(columns);
