@@ -97,12 +97,19 @@ pub fn contiguous_columns_mut(m: MatMut<'_, f64>) -> Option<Vec<&mut [f64]>> {
 /// same rows in K different sets. Sizes that are not a multiple of 16 lines keep their
 /// stride (n = 10^6, 125,000 lines, spreads the columns over 8 sets).
 pub fn spread_row_capacity(nrows: usize) -> usize {
-    let lines = nrows.div_ceil(8);
-    if lines > 0 && lines.is_multiple_of(16) {
-        (lines + 1) * 8
+    let whole_lines = nrows.next_multiple_of(8);
+    if stride_shares_cache_sets(whole_lines) {
+        whole_lines + 8
     } else {
-        lines * 8
+        whole_lines
     }
+}
+
+/// Whether columns of `f64` lying `stride` rows apart put their same rows in at most four of
+/// an L1's sets: a stride of a whole multiple of 16 lines (128 rows), which
+/// [`spread_row_capacity`] never gives.
+pub fn stride_shares_cache_sets(stride: usize) -> bool {
+    stride > 0 && stride.is_multiple_of(128)
 }
 
 /// Asks the CPU to bring the cache line holding `values[at]` into cache, without waiting for it
@@ -287,7 +294,7 @@ pub fn with_column_mut<R>(mut m: MatMut<'_, f64>, j: usize, f: impl FnOnce(&mut 
 
 /// Runs `f` on the rows of `x` laid out column-major: on `x` itself when its columns are
 /// contiguous (the layout of a faer `Mat`), else on a copy in a buffer the thread keeps from call
-/// to call (the columns 64-byte aligned, each a multiple of 8 rows apart).
+/// to call (the columns 64-byte aligned, each a multiple of 8 rows apart, `spread_row_capacity`).
 ///
 /// Why: the kernels read columns as slices and take a scalar path, one element at a time, for
 /// any other layout. Row-major rows are what a CSV reader produces, and on them (1e6 × 16, two
@@ -299,7 +306,7 @@ pub fn with_column_major<R>(x: MatRef<'_, f64>, f: impl FnOnce(MatRef<'_, f64>) 
     if n <= 1 || d == 0 || x.row_stride() == 1 {
         return f(x);
     }
-    let stride = n.next_multiple_of(8);
+    let stride = spread_row_capacity(n);
     let mut buf = LAID_OUT.take();
     let out = {
         let y = aligned_prefix(&mut buf, stride * d);

@@ -844,7 +844,7 @@ fn streams_posteriors(rows: usize, k: usize) -> bool {
 fn columns_share_cache_sets(out: MatRef<'_, f64>) -> bool {
     out.ncols() > 1
         && out.row_stride() == 1
-        && usize::try_from(out.col_stride()).is_ok_and(|s| s.is_multiple_of(128))
+        && usize::try_from(out.col_stride()).is_ok_and(density::block::stride_shares_cache_sets)
 }
 
 /// [`streams_posteriors`] by its rule (0), always (every size and CPU), or never.
