@@ -1305,6 +1305,18 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
     } else {
         gaussian_data(n, d, k, 0)
     };
+    // `PROFILE_STRIDE=S` lays the columns S ≥ n rows apart (as a caller's buffer may be, such as
+    // `ssl-cli`'s columns of piped input), to time strides that share cache sets.
+    // Unset, the rows stay in `gaussian_data`'s own matrix.
+    let stride = std::env::var("PROFILE_STRIDE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    let laid =
+        stride.map(|s| Mat::from_fn(s.max(n), d, |i, j| if i < n { x[(i, j)] } else { 0.0 }));
+    let x = match &laid {
+        Some(m) => m.as_ref().subrows(0, n),
+        None => x.as_ref(),
+    };
     fn go<S: WeightedFit>(
         spec: &S,
         op: &str,
@@ -1365,15 +1377,15 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
             .unwrap_or_else(|_| unreachable!())
     };
     match model {
-        "lda" => go(&gauss(CovarianceStructure::Tied), op, x.as_ref(), &y, k),
-        "qda" => go(&gauss(CovarianceStructure::Full), op, x.as_ref(), &y, k),
-        "gnb" => go(&gauss(CovarianceStructure::Diagonal), op, x.as_ref(), &y, k),
+        "lda" => go(&gauss(CovarianceStructure::Tied), op, x, &y, k),
+        "qda" => go(&gauss(CovarianceStructure::Full), op, x, &y, k),
+        "gnb" => go(&gauss(CovarianceStructure::Diagonal), op, x, &y, k),
         "bnb" => go(
             &BernoulliNbParams::default()
                 .check()
                 .map_err(|e| e.to_string())?,
             op,
-            x.as_ref(),
+            x,
             &y,
             k,
         ),
@@ -1382,7 +1394,7 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
                 .check()
                 .map_err(|e| e.to_string())?,
             op,
-            x.as_ref(),
+            x,
             &y,
             k,
         ),
