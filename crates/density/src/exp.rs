@@ -138,7 +138,7 @@ pub const SOFTMAX_MAX_COLUMNS: usize = 32;
 /// time, 0.42 ns; two vectors interleaved 0.39 ns, four 0.36–0.44 ns (BENCHMARKS.md,
 /// seventy-first round).
 ///
-/// Takes groups of whole vectors of rows only (four vectors on AVX-512, two on AVX2), on the
+/// Takes groups of whole vectors of rows only (two vectors on AVX-512, one on AVX2), on the
 /// widest kernel the CPU has, and stops before the first group with a row whose largest score
 /// is not finite (all −∞, or +∞ somewhere; or NaN in the first column, which `f64::max` would
 /// pass over) and before the rows after the last whole group. Two columns take one exponential
@@ -465,13 +465,19 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
                 done,
                 finite_scores,
             } => {
-                // Two vectors at a time on every instruction set: with each group's scaling
-                // done during the next group's exponentials, four (AVX-512's choice before)
-                // were slower, 1.85 against 1.76 TSC ticks a value (`softmax_rows` of ten
-                // classes, 128 rows in L1, best of 20 on the Zen 4 EPYC; 2.00 before the
-                // scaling waited). AVX2 was not measured again.
-                *done =
-                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums, finite_scores);
+                // Two vectors at a time on AVX-512: with each group's scaling done during the
+                // next group's exponentials, four (its choice before) were slower, 1.85 against
+                // 1.76 TSC ticks a value (`softmax_rows` of ten classes, 128 rows in L1, best
+                // of 20 on the Zen 4 EPYC; 2.00 before the scaling waited). One on AVX2, whose
+                // 16 registers two vectors' chains and constants overflowed (stack spills and
+                // constants loaded again in the loop): ten classes, 512 rows in L1, best of
+                // 2000 calls, ten alternated runs on the Zen 3 EPYC of the ninety-first round,
+                // 4.26–4.46 against 4.50–4.73 ticks a value (middle eight).
+                *done = if S::F64_LANES == 4 {
+                    softmax_vectors::<S, 1>(simd, columns, dst, rows, shift, sums, finite_scores)
+                } else {
+                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums, finite_scores)
+                };
             }
         }
     }
