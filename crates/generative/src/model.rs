@@ -809,7 +809,16 @@ fn normalize_finite_prefix(scores: MatMut<'_, f64>) -> usize {
 
 /// Outputs from this many bytes on take their posteriors by non-temporal stores (where
 /// [`streams_posteriors`] allows): smaller ones may be read again while still in cache.
-const STREAMED_OUTPUT_BYTES: usize = 16 << 20;
+///
+/// Why 8 MiB: four times the Intel Xeon's 2 MB of L2 a core, and below the 16 MB of a
+/// million rows' two-class posteriors, which 16 MiB (until the ninety-second round) left to
+/// plain stores. There, `PROFILE_STREAM=1` against the rule, `PROFILE_COLD=cs`, tenth
+/// percentiles of 15, two alternated pairs: `lda-predict 2 2` 2.43, 2.28 → 1.95, 2.11 ms,
+/// `gnb-predict 2 2` 2.44, 2.56 → 2.02, 2.18, `bnb-predict 2 2` 2.63, 2.60 → 2.09, 1.89,
+/// `lda-predict-into 2 2` 2.66, 2.46 → 2.12, 1.89; at d = 16 and 64 within noise
+/// (`lda-predict 16 2` 6.94, 6.86 → 6.74, 7.04). A hundred thousand rows of ten classes
+/// (8 MB) stay below it.
+const STREAMED_OUTPUT_BYTES: usize = 8 << 20;
 
 /// Whether a prediction of `rows × k` posteriors writes them by non-temporal stores
 /// ([`score_then_stream`]): from [`STREAMED_OUTPUT_BYTES`] on, 2 to
