@@ -536,7 +536,9 @@ fn chunk_starts(sets: &[WeightedRows<'_>]) -> Vec<(usize, usize)> {
 /// `PROFILE_COLD=cs`, medians of 15, two alternated pairs, without → with): Gaussian NB fit
 /// d = 8, K = 10 4.33, 4.47 → 3.73, 3.63 ms; d = 4, K = 10 2.72 → 2.21 ms; d = 8, K = 2 even. At
 /// d = 16, where the last block's squares asked for all 16 columns and the labels, slower:
-/// 7.30, 7.03 → 7.80, 7.83 ms; at d = 64 26.2, 25.4 → 45.0, 41.0 ms.
+/// 7.30, 7.03 → 7.80, 7.83 ms; at d = 64 26.2, 25.4 → 45.0, 41.0 ms. LDA's tiles asking for the
+/// next chunk at d = 16 were slower too, even asking for three lines a page (BENCHMARKS.md,
+/// ninety-second round).
 const READ_AHEAD_MAX_FEATURES: usize = 8;
 
 /// `f` on the chunk of set `s` that starts at row `r0`: its rows, and its responsibilities or
