@@ -472,7 +472,9 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
                 // 16 registers two vectors' chains and constants overflowed (stack spills and
                 // constants loaded again in the loop): ten classes, 512 rows in L1, best of
                 // 2000 calls, ten alternated runs on the Zen 3 EPYC of the ninety-first round,
-                // 4.26–4.46 against 4.50–4.73 ticks a value (middle eight).
+                // 4.26–4.46 against 4.50–4.73 ticks a value (middle eight). On the model-167
+                // Xeon (ninety-second round, 512 rows, four alternated runs) two stayed best:
+                // 1.48–1.64 ticks a value against 1.61–2.09 for one and 1.49–1.67 for four.
                 *done = if S::F64_LANES == 4 {
                     softmax_vectors::<S, 1>(simd, columns, dst, rows, shift, sums, finite_scores)
                 } else {
