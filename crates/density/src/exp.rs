@@ -299,7 +299,7 @@ enum Kernel<'a, 'c> {
 /// The kernel this CPU runs, detected once (a check per call cost more than a short slice's
 /// work).
 #[derive(Clone, Copy)]
-enum Isa {
+pub(crate) enum Isa {
     #[cfg(target_arch = "x86_64")]
     V4(pulp::x86::V4),
     #[cfg(target_arch = "x86_64")]
@@ -307,7 +307,7 @@ enum Isa {
     Scalar,
 }
 
-fn isa() -> Isa {
+pub(crate) fn isa() -> Isa {
     static ISA: OnceLock<Isa> = OnceLock::new();
     *ISA.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]

@@ -13,6 +13,7 @@ mod error;
 pub mod exp;
 pub mod family;
 pub mod linalg;
+pub mod ln;
 pub mod mahalanobis;
 pub mod moments;
 pub mod mvn;

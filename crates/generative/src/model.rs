@@ -414,12 +414,16 @@ pub trait GenerativeClassifier: Send + Sync {
         Ok(classes.concat())
     }
 
-    /// Marginal log-likelihood Σ_i ln Σ_k p(x_i, k), summed over the rows in order. Each
-    /// chunk's joints are taken in a worker's own buffer and reduced to their rows' terms there,
-    /// as `predict` does, so no n × K output is written.
+    /// Marginal log-likelihood Σ_i ln Σ_k p(x_i, k): each chunk's rows' terms
+    /// ([`row_log_sum_exp_total_in_place`]) summed in row order, then those sums in chunk order
+    /// (past 256 classes, where a chunk is scored in blocks of rows, each block's sum). Each
+    /// chunk's joints are taken in a worker's own buffer and reduced there, as `predict` does,
+    /// so no n × K output is written, nor a vector of the terms.
     fn log_likelihood(&self, x: MatRef<'_, f64>) -> Result<f64> {
-        let terms = map_scored_chunks(self, x, Posterior::Joint, row_log_sum_exp_in_place)?;
-        Ok(terms.iter().flatten().sum())
+        let parts = map_scored_chunks(self, x, Posterior::Joint, |chunk| {
+            vec![row_log_sum_exp_total_in_place(chunk)]
+        })?;
+        Ok(parts.iter().flatten().sum())
     }
 }
 
@@ -1425,9 +1429,27 @@ pub fn row_log_sum_exp(m: MatRef<'_, f64>) -> Vec<f64> {
 /// Why: with the standard library's scalar `exp` for every entry, `log_likelihood` at n = 1e6,
 /// d = 16, K = 10 took 62 ms against 10 ms for LDA's `predict_proba` (BENCHMARKS.md, ninetieth
 /// round); Gaussian NB's went 62–74 → 32 ms this way (ninety-first round).
-pub fn row_log_sum_exp_in_place(mut m: MatMut<'_, f64>) -> Vec<f64> {
+pub fn row_log_sum_exp_in_place(m: MatMut<'_, f64>) -> Vec<f64> {
+    let mut terms = Vec::with_capacity(m.nrows());
+    each_row_log_sum_exp(m, |term| terms.push(term));
+    terms
+}
+
+/// The sum of [`row_log_sum_exp_in_place`]'s terms in row order (from −0.0, as
+/// `Iterator::sum`), without a vector of them: `log_likelihood`'s share of a chunk. Why: with
+/// each chunk's 4096 terms kept until the end (8 MB at n = 1e6), a third of
+/// `log_likelihood`'s samples at d = 2, K = 2 were page faults of that memory, returned to the
+/// system and faulted in again on every call.
+pub fn row_log_sum_exp_total_in_place(m: MatMut<'_, f64>) -> f64 {
+    let mut total = -0.0;
+    each_row_log_sum_exp(m, |term| total += term);
+    total
+}
+
+/// [`row_log_sum_exp_in_place`]'s terms, each handed to `sink` in row order.
+#[inline(always)]
+fn each_row_log_sum_exp(mut m: MatMut<'_, f64>, mut sink: impl FnMut(f64)) {
     let (n, k) = (m.nrows(), m.ncols());
-    let mut terms = Vec::with_capacity(n);
     let mut max = [0.0; NORMALIZE_BLOCK];
     let mut sum = [0.0; NORMALIZE_BLOCK];
     let mut row = vec![0.0; k];
@@ -1439,16 +1461,16 @@ pub fn row_log_sum_exp_in_place(mut m: MatMut<'_, f64>) -> Vec<f64> {
         let done = softmax_columns(block.as_mut()).map_or(0, |mut columns| {
             density::exp::softmax_rows(&mut columns[..k], 0..len, &mut max, &mut sum)
         });
-        terms.extend((0..done).map(|i| max[i] + sum[i].ln()));
+        density::ln::ln_in_place(&mut sum[..done]);
+        (0..done).for_each(|i| sink(max[i] + sum[i]));
         for i in done..len {
             for (j, v) in row.iter_mut().enumerate() {
                 *v = block[(i, j)];
             }
-            terms.push(row_log_sum_exp_one(&row));
+            sink(row_log_sum_exp_one(&row));
         }
         r0 += len;
     }
-    terms
 }
 
 /// One row's term of [`row_log_sum_exp_in_place`], one entry at a time.
@@ -1461,7 +1483,7 @@ fn row_log_sum_exp_one(row: &[f64]) -> f64 {
     for v in row {
         sum += density::exp::exp_nonpositive(v - max);
     }
-    max + sum.ln()
+    max + density::ln::ln(sum)
 }
 
 /// Index of the largest entry of each row (first on ties; an entry that is not greater than

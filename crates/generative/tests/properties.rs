@@ -613,9 +613,10 @@ fn predict_is_the_argmax_of_the_posterior_scores(n: usize, k: usize) {
             k > 5 || (0..k).all(|c| want.contains(&c)),
             "{name}: every class is predicted"
         );
-        // The log-likelihood is the sum of the rows' log-sum-exp of their joints, in order.
+        // The log-likelihood is the sum of the rows' log-sum-exp of their joints, in row order
+        // within each chunk of 4096 rows, then over the chunks in order.
         let joints = m.log_joint(x.as_ref()).unwrap();
-        let total: f64 = model::row_log_sum_exp(joints.as_ref()).iter().sum();
+        let total = chunked_total(&model::row_log_sum_exp(joints.as_ref()), k);
         assert_eq!(
             m.log_likelihood(x.as_ref()).unwrap(),
             total,
@@ -653,18 +654,36 @@ fn predict_is_the_argmax_of_the_posterior_scores(n: usize, k: usize) {
     }
 }
 
+/// Σ of `terms` in row order within each chunk of 4096 (past 256 of the `k` classes, within
+/// each block of 4096 · 256 / k rows of a chunk), then over those in order: how
+/// `log_likelihood` adds its rows' terms.
+fn chunked_total(terms: &[f64], k: usize) -> f64 {
+    let block = if k <= 256 { 4096 } else { (4096 * 256 / k).max(8) };
+    terms
+        .chunks(4096)
+        .flat_map(|chunk| chunk.chunks(block))
+        .map(|block| block.iter().sum::<f64>())
+        .sum()
+}
+
 /// `log_likelihood` reduces each chunk's joints in a worker's buffer: over several chunks, on
-/// one and two threads and in both layouts, it must be the sum, in row order, of every row's
-/// log-sum-exp of the n × K joints.
+/// one and two threads and in both layouts, it must be the sum of every row's log-sum-exp of
+/// the n × K joints, in row order within each chunk and then over the chunks in order. The
+/// order is checked too: for some structure here, the rows' terms added in one run from the
+/// first row to the last give other bits.
 #[test]
 fn log_likelihood_is_the_sum_of_the_rows_terms_over_chunks_and_threads() {
     let (n, d, k) = (2 * 4096 + 100, 3, 4);
     let (x, y) = gaussian_data(n, d, k, 41);
     let rows = x.transpose().to_owned();
+    let mut orders_differ = false;
     for s in structures() {
         let m = fit_gaussian(s, &x, &y, k);
         let joints = m.log_joint(x.as_ref()).unwrap();
-        let want: f64 = model::row_log_sum_exp(joints.as_ref()).iter().sum();
+        let terms = model::row_log_sum_exp(joints.as_ref());
+        let want = chunked_total(&terms, k);
+        let in_one_run: f64 = terms.iter().sum();
+        orders_differ |= want.to_bits() != in_one_run.to_bits();
         for threads in [1, 2] {
             for view in [x.as_ref(), rows.transpose()] {
                 let got = on_threads(threads, || m.log_likelihood(view).unwrap());
@@ -677,6 +696,7 @@ fn log_likelihood_is_the_sum_of_the_rows_terms_over_chunks_and_threads() {
         let got = m.log_likelihood(x.as_ref().subrows(0, 4096)).unwrap();
         assert_eq!(got.to_bits(), first.to_bits(), "{s:?}, one chunk");
     }
+    assert!(orders_differ, "some structure's sum tells the two orders apart");
 }
 
 #[test]
