@@ -1362,6 +1362,8 @@ pub fn profile_model(what: &str, d: usize, k: usize) -> Result<(), String> {
                 std::hint::black_box(&kept);
             } else if op == "labels" {
                 std::hint::black_box(fitted.predict(x).map_err(|e| e.to_string())?);
+            } else if op == "logproba" {
+                std::hint::black_box(fitted.predict_log_proba(x).map_err(|e| e.to_string())?);
             } else if op == "loglik" {
                 std::hint::black_box(fitted.log_likelihood(x).map_err(|e| e.to_string())?);
             } else {

@@ -208,9 +208,8 @@ impl VectorLn for pulp::x86::V4 {
         let bits = f._mm512_castpd_si512(xv);
         let tmp = f._mm512_sub_epi64(bits, splat_int(OFFSET));
         let table = |t: &[f64; 16]| {
-            let low: __m512d = pulp::cast(pulp::f64x8(
-                t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7],
-            ));
+            let low: __m512d =
+                pulp::cast(pulp::f64x8(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7]));
             let high: __m512d = pulp::cast(pulp::f64x8(
                 t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15],
             ));
@@ -223,10 +222,9 @@ impl VectorLn for pulp::x86::V4 {
             splat_int(TWO_52.to_bits()),
         );
         let k = f._mm512_sub_pd(f._mm512_castsi512_pd(magic), splat(K_MAGIC));
-        let z = f._mm512_castsi512_pd(f._mm512_sub_epi64(
-            bits,
-            f._mm512_and_si512(tmp, splat_int(0xfff << 52)),
-        ));
+        let z = f._mm512_castsi512_pd(
+            f._mm512_sub_epi64(bits, f._mm512_and_si512(tmp, splat_int(0xfff << 52))),
+        );
         let r = f._mm512_fmsub_pd(z, table(&INVERSE), splat(1.0));
         let w = fma(k, splat(LN2_HI), table(&LOG_C_HI));
         let hi = f._mm512_add_pd(w, r);
@@ -269,10 +267,9 @@ impl VectorLn for pulp::x86::V3 {
             splat_int(TWO_52.to_bits()),
         );
         let k = f._mm256_sub_pd(f._mm256_castsi256_pd(magic), splat(K_MAGIC));
-        let z = f._mm256_castsi256_pd(i._mm256_sub_epi64(
-            bits,
-            i._mm256_and_si256(tmp, splat_int(0xfff << 52)),
-        ));
+        let z = f._mm256_castsi256_pd(
+            i._mm256_sub_epi64(bits, i._mm256_and_si256(tmp, splat_int(0xfff << 52))),
+        );
         let r = self.fma._mm256_fmsub_pd(z, table(&INVERSE), splat(1.0));
         let w = fma(k, splat(LN2_HI), table(&LOG_C_HI));
         let hi = f._mm256_add_pd(w, r);
@@ -335,7 +332,11 @@ mod tests {
                 1.0 + (j - 10) as f64 / 16.0
             };
             for s in [edge, edge * 2.0, edge / 2.0, edge * 1024.0] {
-                xs.extend([s, f64::from_bits(s.to_bits() - 1), f64::from_bits(s.to_bits() + 1)]);
+                xs.extend([
+                    s,
+                    f64::from_bits(s.to_bits() - 1),
+                    f64::from_bits(s.to_bits() + 1),
+                ]);
             }
         }
         xs.extend([

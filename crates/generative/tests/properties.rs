@@ -658,7 +658,11 @@ fn predict_is_the_argmax_of_the_posterior_scores(n: usize, k: usize) {
 /// each block of 4096 · 256 / k rows of a chunk), then over those in order: how
 /// `log_likelihood` adds its rows' terms.
 fn chunked_total(terms: &[f64], k: usize) -> f64 {
-    let block = if k <= 256 { 4096 } else { (4096 * 256 / k).max(8) };
+    let block = if k <= 256 {
+        4096
+    } else {
+        (4096 * 256 / k).max(8)
+    };
     terms
         .chunks(4096)
         .flat_map(|chunk| chunk.chunks(block))
@@ -696,7 +700,10 @@ fn log_likelihood_is_the_sum_of_the_rows_terms_over_chunks_and_threads() {
         let got = m.log_likelihood(x.as_ref().subrows(0, 4096)).unwrap();
         assert_eq!(got.to_bits(), first.to_bits(), "{s:?}, one chunk");
     }
-    assert!(orders_differ, "some structure's sum tells the two orders apart");
+    assert!(
+        orders_differ,
+        "some structure's sum tells the two orders apart"
+    );
 }
 
 #[test]
