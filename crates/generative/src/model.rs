@@ -1422,7 +1422,8 @@ pub fn row_log_sum_exp(m: MatRef<'_, f64>) -> Vec<f64> {
 
 /// ln Σ_k exp(m[i, k]) for every row, using `m` as scratch (its values are left changed). With
 /// `max_i` the row's largest entry and e_ik = exp(m[i, k] − max_i) by
-/// [`density::exp::exp_nonpositive`], each row's term is max_i + ln((…(0 + e_i0) + e_i1) + …):
+/// [`density::exp::exp_nonpositive`], each row's term is max_i + ln((…(0 + e_i0) + e_i1) + …)
+/// (ln by [`density::ln`]):
 /// the arithmetic of [`density::exp::softmax_rows`], which takes the rows of contiguous columns
 /// a vector at a time, while the other rows take the same formula one by one, so every row's
 /// term has the same bits on either path. A row whose largest entry is not finite (all −∞, or
@@ -1430,7 +1431,9 @@ pub fn row_log_sum_exp(m: MatRef<'_, f64>) -> Vec<f64> {
 ///
 /// Why: with the standard library's scalar `exp` for every entry, `log_likelihood` at n = 1e6,
 /// d = 16, K = 10 took 62 ms against 10 ms for LDA's `predict_proba` (BENCHMARKS.md, ninetieth
-/// round); Gaussian NB's went 62–74 → 32 ms this way (ninety-first round).
+/// round); Gaussian NB's went 62–74 → 32 ms this way (ninety-first round). The logarithm, one
+/// per row, was then libm's: `profile gnb-loglik 2 2`, p10 of 10, two alternated pairs on the
+/// model-167 Xeon, 10.5, 9.8 → 6.0, 6.2 ms with `density::ln` (ninety-third round).
 pub fn row_log_sum_exp_in_place(m: MatMut<'_, f64>) -> Vec<f64> {
     let mut terms = Vec::with_capacity(m.nrows());
     each_row_log_sum_exp(m, |term| terms.push(term));
@@ -1441,7 +1444,9 @@ pub fn row_log_sum_exp_in_place(m: MatMut<'_, f64>) -> Vec<f64> {
 /// `Iterator::sum`), without a vector of them: `log_likelihood`'s share of a chunk. Why: with
 /// each chunk's 4096 terms kept until the end (8 MB at n = 1e6), a third of
 /// `log_likelihood`'s samples at d = 2, K = 2 were page faults of that memory, returned to the
-/// system and faulted in again on every call.
+/// system and faulted in again on every call (`perf`: 35% under `asm_exc_page_fault`). Without
+/// them, `profile gnb-loglik 2 2` took 2.85–3.01 ms against 5.99–6.24 ms (p10 of 10, two runs
+/// each, the same vector logarithm in both), as long as its `predict_proba`.
 pub fn row_log_sum_exp_total_in_place(m: MatMut<'_, f64>) -> f64 {
     let mut total = -0.0;
     each_row_log_sum_exp(m, |term| total += term);
