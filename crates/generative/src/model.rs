@@ -1441,12 +1441,13 @@ pub fn row_log_sum_exp_in_place(m: MatMut<'_, f64>) -> Vec<f64> {
 }
 
 /// The sum of [`row_log_sum_exp_in_place`]'s terms in row order (from −0.0, as
-/// `Iterator::sum`), without a vector of them: `log_likelihood`'s share of a chunk. Why: with
-/// each chunk's 4096 terms kept until the end (8 MB at n = 1e6), a third of
-/// `log_likelihood`'s samples at d = 2, K = 2 were page faults of that memory, returned to the
-/// system and faulted in again on every call (`perf`: 35% under `asm_exc_page_fault`). Without
-/// them, `profile gnb-loglik 2 2` took 2.85–3.01 ms against 5.99–6.24 ms (p10 of 10, two runs
-/// each, the same vector logarithm in both), as long as its `predict_proba`.
+/// `Iterator::sum`), without a vector of them: `log_likelihood`'s share of a chunk. Why: each
+/// chunk's 4096 terms were kept in a vector until the end (8 MB at n = 1e6), then added on the
+/// calling thread alone. `perf` of `profile gnb-loglik 2 2` (100 runs back to back) put 23% of
+/// the samples in page faults as the terms were written (that memory went back to the system
+/// and was faulted in again on every call) and 10% in that serial sum. Without them it took
+/// 2.85–3.01 ms against 5.99–6.24 ms (p10 of 10, two runs each, the same vector logarithm in
+/// both), as long as its `predict_proba`.
 pub fn row_log_sum_exp_total_in_place(m: MatMut<'_, f64>) -> f64 {
     let mut total = -0.0;
     each_row_log_sum_exp(m, |term| total += term);
