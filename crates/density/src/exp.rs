@@ -323,6 +323,19 @@ pub(crate) fn isa() -> Isa {
     })
 }
 
+/// Every kernel this machine can run, the scalar path first (for tests that each gives the
+/// scalar path's bits).
+#[cfg(test)]
+pub(crate) fn kernels() -> Vec<Isa> {
+    let mut isas = vec![Isa::Scalar];
+    #[cfg(target_arch = "x86_64")]
+    {
+        isas.extend(pulp::x86::V4::try_new().map(Isa::V4));
+        isas.extend(pulp::x86::V3::try_new().map(Isa::V3));
+    }
+    isas
+}
+
 fn run(kernel: Kernel<'_, '_>) {
     run_on(isa(), kernel)
 }
@@ -851,16 +864,6 @@ mod tests {
     }
 
     /// Every kernel this machine can run, and the scalar one everywhere.
-    fn kernels() -> Vec<Isa> {
-        let mut isas = vec![Isa::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        {
-            isas.extend(pulp::x86::V4::try_new().map(Isa::V4));
-            isas.extend(pulp::x86::V3::try_new().map(Isa::V3));
-        }
-        isas
-    }
-
     /// A row's softmax by the scalar formula: its largest score (`f64::max` in order), the
     /// exponentials of the scores less it, and their sum in order.
     fn softmax_formula(row: &[f64]) -> (f64, Vec<f64>, f64) {

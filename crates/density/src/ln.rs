@@ -142,7 +142,12 @@ pub fn ln(x: f64) -> f64 {
 
 /// `values[i] = ln(values[i])` ([`ln`]), on the widest kernel the CPU has.
 pub fn ln_in_place(values: &mut [f64]) {
-    match isa() {
+    ln_in_place_on(isa(), values)
+}
+
+/// [`ln_in_place`] on the kernel `isa`.
+fn ln_in_place_on(isa: Isa, values: &mut [f64]) {
+    match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::V4(simd) => simd.vectorize(InPlace { simd, values }),
         #[cfg(target_arch = "x86_64")]
@@ -388,33 +393,11 @@ mod tests {
     fn every_kernel_gives_the_scalar_bits() {
         let xs = arguments();
         let expected: Vec<u64> = xs.iter().map(|&x| ln(x).to_bits()).collect();
-        let mut isas = vec![Isa::Scalar];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if let Some(simd) = pulp::x86::V4::try_new() {
-                isas.push(Isa::V4(simd));
-            }
-            if let Some(simd) = pulp::x86::V3::try_new() {
-                isas.push(Isa::V3(simd));
-            }
-        }
-        for isa in isas {
+        for isa in crate::exp::kernels() {
             // Every offset, so that each argument sits in every lane and in the tail.
             for start in 0..9 {
                 let mut values = xs[start..].to_vec();
-                match isa {
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::V4(simd) => simd.vectorize(InPlace {
-                        simd,
-                        values: &mut values,
-                    }),
-                    #[cfg(target_arch = "x86_64")]
-                    Isa::V3(simd) => simd.vectorize(InPlace {
-                        simd,
-                        values: &mut values,
-                    }),
-                    Isa::Scalar => values.iter_mut().for_each(|v| *v = ln(*v)),
-                }
+                ln_in_place_on(isa, &mut values);
                 for (t, v) in values.iter().enumerate() {
                     let (want, x) = (expected[start + t], xs[start + t]);
                     assert!(
