@@ -152,7 +152,7 @@ pub fn softmax_rows(
     shift: &mut [f64],
     sums: &mut [f64],
 ) -> usize {
-    softmax_rows_in_place(columns, rows, shift, sums, false)
+    softmax_rows_in_place(columns, rows, shift, sums, Pass::Posteriors)
 }
 
 /// [`softmax_rows`], stopping also before the first group of rows with any score that is not
@@ -175,16 +175,46 @@ pub fn softmax_rows_of_finite_scores(
     shift: &mut [f64],
     sums: &mut [f64],
 ) -> usize {
-    softmax_rows_in_place(columns, rows, shift, sums, true)
+    softmax_rows_in_place(columns, rows, shift, sums, Pass::FiniteScores)
 }
 
-/// [`softmax_rows`], or with `finite_scores` [`softmax_rows_of_finite_scores`].
+/// [`softmax_rows`]' shifts and sums alone: each row's largest score m to
+/// `shift[i − rows.start]` and s = (…(0 + e_0) + e_1) + … to `sums[i − rows.start]`, the same
+/// bits, with the columns left as they were (`&mut` only because the kernel is the one
+/// [`softmax_rows`] runs). Stops where [`softmax_rows`] would; returns that row.
+///
+/// Why: log posteriors (v − m − ln s) need the scores after the sums. Taken in the general
+/// path's passes over a block (the maxima, then each column copied and exponentiated, then the
+/// subtraction), Gaussian NB's `predict_log_proba` at d = 2, K = 10 took half as long again as
+/// its `predict_proba` (BENCHMARKS.md, ninety-fourth round).
+pub fn softmax_sums(
+    columns: &mut [&mut [f64]],
+    rows: std::ops::Range<usize>,
+    shift: &mut [f64],
+    sums: &mut [f64],
+) -> usize {
+    softmax_rows_in_place(columns, rows, shift, sums, Pass::SumsOnly)
+}
+
+/// What a run of the softmax kernel does with the rows it takes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pass {
+    /// Their posteriors ([`softmax_rows`], [`softmax_rows_to`]).
+    Posteriors,
+    /// Their posteriors, stopping also before a group with any score that is not finite
+    /// ([`softmax_rows_of_finite_scores`]).
+    FiniteScores,
+    /// Their shifts and sums only, the columns read and not written ([`softmax_sums`]).
+    SumsOnly,
+}
+
+/// [`softmax_rows`], [`softmax_rows_of_finite_scores`] or [`softmax_sums`], as `pass` says.
 fn softmax_rows_in_place(
     columns: &mut [&mut [f64]],
     rows: std::ops::Range<usize>,
     shift: &mut [f64],
     sums: &mut [f64],
-    finite_scores: bool,
+    pass: Pass,
 ) -> usize {
     let mut done = rows.start;
     if softmax_arguments_fit(columns, &rows, shift, sums) {
@@ -195,7 +225,7 @@ fn softmax_rows_in_place(
             shift,
             sums,
             done: &mut done,
-            finite_scores,
+            pass,
         });
     }
     done
@@ -253,7 +283,7 @@ pub fn softmax_rows_to(
             shift,
             sums,
             done: &mut done,
-            finite_scores: false,
+            pass: Pass::Posteriors,
         });
     }
     done
@@ -290,9 +320,8 @@ enum Kernel<'a, 'c> {
         shift: &'a mut [f64],
         sums: &'a mut [f64],
         done: &'a mut usize,
-        /// Stop also before a group with any score not finite
-        /// ([`softmax_rows_of_finite_scores`]).
-        finite_scores: bool,
+        /// Posteriors, posteriors of finite scores, or shifts and sums only.
+        pass: Pass,
     },
 }
 
@@ -476,7 +505,7 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
                 shift,
                 sums,
                 done,
-                finite_scores,
+                pass,
             } => {
                 // Two vectors at a time on AVX-512: with each group's scaling done during the
                 // next group's exponentials, four (its choice before) were slower, 1.85 against
@@ -489,17 +518,17 @@ impl<S: VectorExp> pulp::NullaryFnOnce for OnLanes<'_, '_, S> {
                 // Xeon (ninety-second round, 512 rows, four alternated runs) two stayed best:
                 // 1.48–1.64 ticks a value against 1.61–2.09 for one and 1.49–1.67 for four.
                 *done = if S::F64_LANES == 4 {
-                    softmax_vectors::<S, 1>(simd, columns, dst, rows, shift, sums, finite_scores)
+                    softmax_vectors::<S, 1>(simd, columns, dst, rows, shift, sums, pass)
                 } else {
-                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums, finite_scores)
+                    softmax_vectors::<S, 2>(simd, columns, dst, rows, shift, sums, pass)
                 };
             }
         }
     }
 }
 
-/// [`softmax_rows`] on whole vectors of `S` (with `finite_scores`,
-/// [`softmax_rows_of_finite_scores`]); returns the first row not done.
+/// [`softmax_rows`] on whole vectors of `S` (or [`softmax_rows_of_finite_scores`] or
+/// [`softmax_sums`], as `pass` says); returns the first row not done.
 #[inline(always)]
 #[allow(unsafe_code)]
 fn softmax_vectors<S: VectorExp, const U: usize>(
@@ -509,8 +538,10 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
     rows: std::ops::Range<usize>,
     shift: &mut [f64],
     sums: &mut [f64],
-    finite_scores: bool,
+    pass: Pass,
 ) -> usize {
+    let finite_scores = pass == Pass::FiniteScores;
+    let write = pass != Pass::SumsOnly;
     let k = columns.len();
     let mut heads: [&mut [S::f64s]; SOFTMAX_MAX_COLUMNS] = Default::default();
     for (head, col) in heads.iter_mut().zip(columns.iter_mut()) {
@@ -526,7 +557,12 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
     let (sums, _) = S::as_mut_simd_f64s(&mut sums[..rows.len()]);
     if let [first, second] = heads {
         return two_class_vectors::<S, U>(
-            simd, first, second, outs, stream, rows.start, shift, sums,
+            simd,
+            [first, second],
+            (outs, stream, write),
+            rows.start,
+            shift,
+            sums,
         );
     }
     if heads.is_empty() {
@@ -584,14 +620,18 @@ fn softmax_vectors<S: VectorExp, const U: usize>(
             for u in 0..U {
                 // v − m ≤ 0 (m is the largest) or NaN: no clamp at 0 needed.
                 let e = simd.exp_f64s::<false>(simd.sub_f64s(heads[c][t + u], m[u]));
-                heads[c][t + u] = e;
+                if write {
+                    heads[c][t + u] = e;
+                }
                 s[u] = simd.add_f64s(s[u], e);
             }
             if let Some((at, by)) = &pending {
                 scale_group::<S, U>(simd, heads, (outs, stream), (c, *at), by);
             }
         }
-        pending = Some((t, std::array::from_fn(|u| simd.div_f64s(one, s[u]))));
+        if write {
+            pending = Some((t, std::array::from_fn(|u| simd.div_f64s(one, s[u]))));
+        }
         shift[t..t + U].copy_from_slice(&m);
         sums[t..t + U].copy_from_slice(&s);
         t += U;
@@ -635,10 +675,8 @@ fn scale_group<S: VectorExp, const U: usize>(
 #[allow(clippy::too_many_arguments, unsafe_code)]
 fn two_class_vectors<S: VectorExp, const U: usize>(
     simd: S,
-    first: &mut [S::f64s],
-    second: &mut [S::f64s],
-    outs: &[*mut f64],
-    stream: bool,
+    [first, second]: [&mut [S::f64s]; 2],
+    (outs, stream, write): (&[*mut f64], bool, bool),
     start: usize,
     shift: &mut [S::f64s],
     sums: &mut [S::f64s],
@@ -662,6 +700,11 @@ fn two_class_vectors<S: VectorExp, const U: usize>(
             let m = simd.max_f64s(a[u], b[u]);
             let e = simd.exp_f64s::<false>(simd.sub_f64s(simd.min_f64s(a[u], b[u]), m));
             let s = simd.add_f64s(one, e);
+            shift[t + u] = m;
+            sums[t + u] = s;
+            if !write {
+                continue;
+            }
             let f = simd.div_f64s(one, s);
             let small = simd.mul_f64s(e, f);
             let below = simd.less_than_f64s(a[u], b[u]);
@@ -677,8 +720,6 @@ fn two_class_vectors<S: VectorExp, const U: usize>(
                 first[t + u] = simd.select_f64s(below, small, f);
                 second[t + u] = simd.select_f64s(below, f, small);
             }
-            shift[t + u] = m;
-            sums[t + u] = s;
         }
         t += U;
     }
@@ -882,7 +923,7 @@ mod tests {
         original: &[Vec<f64>],
         rows: std::ops::Range<usize>,
         dst: Option<&[*mut f64]>,
-        finite_scores: bool,
+        pass: Pass,
     ) -> (Vec<Vec<f64>>, Vec<f64>, Vec<f64>, usize) {
         let mut columns = original.to_vec();
         let mut slices: Vec<&mut [f64]> = columns.iter_mut().map(|c| c.as_mut_slice()).collect();
@@ -897,7 +938,7 @@ mod tests {
                 shift: &mut shift,
                 sums: &mut sums,
                 done: &mut done,
-                finite_scores,
+                pass,
             },
         );
         (columns, shift, sums, done)
@@ -997,8 +1038,13 @@ mod tests {
                     let case = format!("K = {k}, row {bad_row:?} = {bad_value}");
                     let mut dones = [0; 2];
                     for (strict, done_out) in [false, true].into_iter().zip(dones.iter_mut()) {
+                        let pass = if strict {
+                            Pass::FiniteScores
+                        } else {
+                            Pass::Posteriors
+                        };
                         let (columns, _, _, done) =
-                            run_softmax(isa, &original, first..end, None, strict);
+                            run_softmax(isa, &original, first..end, None, pass);
                         *done_out = done;
                         for i in first..end {
                             let row: Vec<f64> = (0..k).map(|j| original[j][i]).collect();
@@ -1064,7 +1110,7 @@ mod tests {
                         .map(|j| (0..end).map(|i| value(i, j)).collect())
                         .collect();
                     let (columns, shift, sums, done) = if k <= SOFTMAX_MAX_COLUMNS {
-                        run_softmax(isa, &original, first..end, None, false)
+                        run_softmax(isa, &original, first..end, None, Pass::Posteriors)
                     } else {
                         let mut columns = original.clone();
                         let mut slices: Vec<&mut [f64]> =
@@ -1102,6 +1148,17 @@ mod tests {
                     if k > SOFTMAX_MAX_COLUMNS {
                         continue;
                     }
+                    // Shifts and sums only (`softmax_sums`): the same rows done, the same
+                    // shifts and sums, and the columns left as they were.
+                    let (kept, shift3, sums3, done3) =
+                        run_softmax(isa, &original, first..end, None, Pass::SumsOnly);
+                    assert_eq!(done3, done, "{case}, sums only");
+                    assert_eq!(kept, original, "{case}, sums only: the columns");
+                    for i in first..done {
+                        let at = i - first;
+                        assert_eq!(shift3[at].to_bits(), shift[at].to_bits(), "{case}: {i}");
+                        assert_eq!(sums3[at].to_bits(), sums[at].to_bits(), "{case}: {i}");
+                    }
                     // Written to other columns (`softmax_rows_to`), on a 64-byte boundary
                     // (streamed) and one value past it (plain stores): the same rows done, the
                     // same posteriors, nothing else written.
@@ -1117,8 +1174,13 @@ mod tests {
                                 .as_mut_ptr()
                                 .cast::<f64>();
                         }
-                        let (_, _, _, done2) =
-                            run_softmax(isa, &original, first..end, Some(&outs[..k]), false);
+                        let (_, _, _, done2) = run_softmax(
+                            isa,
+                            &original,
+                            first..end,
+                            Some(&outs[..k]),
+                            Pass::Posteriors,
+                        );
                         store_fence();
                         let case = format!("{case}, to other columns at offset {offset}");
                         assert_eq!(done2, done, "{case}");

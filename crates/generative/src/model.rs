@@ -1099,21 +1099,23 @@ impl pulp::WithSimd for NormalizeChunk<'_> {
         let (b, k) = (m.nrows(), m.ncols());
         let mut r0 = 0;
         // Posteriors of two classes or more in one pass over each vector of rows
-        // (`density::exp::softmax_rows`), block by block, the blocks' maxima and sums kept for
+        // (`density::exp::softmax_rows`; log posteriors from `softmax_sums`, then a pass of
+        // subtractions: `fused_log_posteriors`), block by block, the blocks' maxima and sums kept for
         // the log normalisers as the general path keeps them, until a block has rows that only
         // the general path takes (a non-finite maximum, or rows after the last whole vector).
         let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
         let mut sum = [0.0; NORMALIZE_BLOCK];
         let mut partial = None;
-        if probability
-            && k >= 2
+        if k >= 2
             && let Some(mut columns) = softmax_columns(m.as_mut())
         {
             while r0 < b {
                 let len = NORMALIZE_BLOCK.min(b - r0);
                 let (max, sum) = (&mut max[..len], &mut sum[..len]);
                 let rows = r0..r0 + len;
-                let done = if finite_prefix {
+                let done = if !probability {
+                    fused_log_posteriors(&mut columns[..k], rows, max, sum)
+                } else if finite_prefix {
                     density::exp::softmax_rows_of_finite_scores(&mut columns[..k], rows, max, sum)
                 } else {
                     density::exp::softmax_rows(&mut columns[..k], rows, max, sum)
@@ -1183,13 +1185,19 @@ fn normalize_block(
     // Each row's maximum (its shift) and Σ_k exp(m[i, k] − shift_i).
     let mut max = [f64::NEG_INFINITY; NORMALIZE_BLOCK];
     let mut sum = [0.0; NORMALIZE_BLOCK];
-    // Posteriors of two classes or more in one pass over each vector of rows, up to the
-    // first row the general path below must take (see `density::exp::softmax_rows`).
-    let fused = (probability && k >= 2)
+    // Posteriors (or log posteriors) of two classes or more in one pass over each vector of
+    // rows, up to the first row the general path below must take (see
+    // `density::exp::softmax_rows`).
+    let fused = (k >= 2)
         .then(|| softmax_columns(m.as_mut()))
         .flatten()
         .map(|mut columns| {
-            density::exp::softmax_rows(&mut columns[..k], 0..b, &mut max[..b], &mut sum[..b])
+            let (columns, max, sum) = (&mut columns[..k], &mut max[..b], &mut sum[..b]);
+            if probability {
+                density::exp::softmax_rows(columns, 0..b, max, sum)
+            } else {
+                fused_log_posteriors(columns, 0..b, max, sum)
+            }
         });
     finish_block(
         m,
@@ -1199,6 +1207,38 @@ fn normalize_block(
         &mut sum[..b],
         log_normalizer_sum,
     );
+}
+
+/// Log posteriors of the rows `rows` of a block's `columns` (at most [`NORMALIZE_BLOCK`] rows),
+/// up to the row returned, where [`density::exp::softmax_sums`] stopped: its maxima and sums
+/// (to `max` and `sum`, counted from `rows.start`, for the log normalisers), then each entry
+/// (v − max) − ln Σ, ln by [`density::ln`]. The general path's arithmetic
+/// ([`exponentiate_and_normalize`]), so the same bits; the rows from the one returned on are
+/// left as they were.
+///
+/// Why: the general path takes a block in four passes (the maxima; each column copied, then
+/// exponentiated into the sums; the subtraction), where the sums take one here.
+#[inline(always)]
+fn fused_log_posteriors(
+    columns: &mut [&mut [f64]],
+    rows: std::ops::Range<usize>,
+    max: &mut [f64],
+    sum: &mut [f64],
+) -> usize {
+    let start = rows.start;
+    let done = density::exp::softmax_sums(columns, rows, max, sum);
+    let len = done - start;
+    let mut ln_sum = [0.0; NORMALIZE_BLOCK];
+    let ln_sum = &mut ln_sum[..len];
+    ln_sum.copy_from_slice(&sum[..len]);
+    density::ln::ln_in_place(ln_sum);
+    for col in columns.iter_mut() {
+        for ((v, mx), ls) in col[start..done].iter_mut().zip(&max[..len]).zip(&*ln_sum) {
+            // As the general path: below f64's range is −f64::MAX.
+            *v = ((*v - mx) - ls).max(-f64::MAX);
+        }
+    }
+    done
 }
 
 /// The rows of a block from `done` on by the general path ([`normalize_rows`]), those before it
