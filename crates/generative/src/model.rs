@@ -1460,12 +1460,13 @@ pub fn row_log_sum_exp(m: MatRef<'_, f64>) -> Vec<f64> {
     row_log_sum_exp_in_place(m.to_owned().as_mut())
 }
 
-/// ln Σ_k exp(m[i, k]) for every row, using `m` as scratch (its values are left changed). With
-/// `max_i` the row's largest entry and e_ik = exp(m[i, k] − max_i) by
+/// ln Σ_k exp(m[i, k]) for every row, using `m` as scratch (its values may be left changed).
+/// With `max_i` the row's largest entry and e_ik = exp(m[i, k] − max_i) by
 /// [`density::exp::exp_nonpositive`], each row's term is max_i + ln((…(0 + e_i0) + e_i1) + …)
 /// (ln by [`density::ln`]):
-/// the arithmetic of [`density::exp::softmax_rows`], which takes the rows of contiguous columns
-/// a vector at a time, while the other rows take the same formula one by one, so every row's
+/// the arithmetic of [`density::exp::softmax_sums`] (the maxima and sums of
+/// [`density::exp::softmax_rows`], without its writes), which takes the rows of contiguous
+/// columns a vector at a time, while the other rows take the same formula one by one, so every row's
 /// term has the same bits on either path. A row whose largest entry is not finite (all −∞, or
 /// +∞ somewhere) is [`log_sum_exp`] of its entries.
 ///
@@ -1507,7 +1508,7 @@ fn each_row_log_sum_exp(mut m: MatMut<'_, f64>, mut sink: impl FnMut(f64)) {
         let mut block = m.as_mut().subrows_mut(r0, len);
         // No columns, or more than the kernel takes: it does no row (returns 0).
         let done = softmax_columns(block.as_mut()).map_or(0, |mut columns| {
-            density::exp::softmax_rows(&mut columns[..k], 0..len, &mut max, &mut sum)
+            density::exp::softmax_sums(&mut columns[..k], 0..len, &mut max, &mut sum)
         });
         density::ln::ln_in_place(&mut sum[..done]);
         (0..done).for_each(|i| sink(max[i] + sum[i]));
