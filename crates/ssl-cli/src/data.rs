@@ -1012,7 +1012,19 @@ fn same_file(a: &str, _: &std::fs::Metadata, b: &str, _: &std::fs::Metadata) -> 
 /// Writes `contents` to `path` atomically: a temporary file in the same directory, then rename.
 /// On failure nothing is left behind and an existing file is untouched.
 pub fn write_atomic(path: &str, contents: &[u8]) -> Result<()> {
-    use std::io::Write;
+    write_atomic_with(path, |file| {
+        use std::io::Write;
+        file.write_all(contents)
+    })
+}
+
+/// [`write_atomic`] of what `write` writes, piece by piece, to the temporary file (so that a
+/// large output need not be held whole in memory first). An error from `write` leaves nothing
+/// behind, as any other.
+pub fn write_atomic_with(
+    path: &str,
+    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+) -> Result<()> {
     let target = std::path::Path::new(path);
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -1026,7 +1038,7 @@ pub fn write_atomic(path: &str, contents: &[u8]) -> Result<()> {
         )));
     }
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| CliError::io(path, e))?;
-    tmp.write_all(contents).map_err(|e| CliError::io(path, e))?;
+    write(tmp.as_file_mut()).map_err(|e| CliError::io(path, e))?;
     tmp.as_file()
         .sync_all()
         .map_err(|e| CliError::io(path, e))?;
