@@ -1016,9 +1016,11 @@ fn data_file_helper_points_at_shipped_data() {
     assert!(data_file("iris.csv").exists() && data_file("wine.csv").exists());
 }
 
-/// `predict --proba` formats pieces of 16,384 rows in parallel: over 40,000 rows (three pieces)
-/// its output is the two halves' outputs one after the other (pieces cut elsewhere), the same on
-/// 1 and 2 threads, and every line names the class of its largest probability.
+/// `predict --proba` takes its posteriors in batches of 65,536 rows a thread and formats
+/// pieces of 16,384 rows in parallel: over 140,000 rows (three batches on one thread, two on
+/// two, nine pieces) its output is the two halves' outputs one after the other (batches and
+/// pieces cut elsewhere), the same on 1 and 2 threads, and every line names the class of its
+/// largest probability.
 #[test]
 fn predictions_of_many_rows_keep_their_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -1038,9 +1040,9 @@ fn predictions_of_many_rows_keep_their_order() {
         write(dir.path(), name, &text)
     };
     let (all, first, second) = (
-        file("all.csv", 0..40_000),
-        file("first.csv", 0..20_000),
-        file("second.csv", 20_000..40_000),
+        file("all.csv", 0..140_000),
+        file("first.csv", 0..70_000),
+        file("second.csv", 70_000..140_000),
     );
     let predict = |data: &str, threads: &str| {
         let r = run_in(
@@ -1065,7 +1067,7 @@ fn predictions_of_many_rows_keep_their_order() {
     let halves = predict(&first, "2") + predict(&second, "2").split_once('\n').unwrap().1;
     assert!(whole == halves, "the rows' predictions moved");
     let lines: Vec<&str> = whole.lines().collect();
-    assert_eq!(lines.len(), 40_001);
+    assert_eq!(lines.len(), 140_001);
     assert_eq!(lines[0], "prediction,p_p,p_q");
     let mut seen = [0usize; 2];
     for line in &lines[1..] {
@@ -1076,4 +1078,72 @@ fn predictions_of_many_rows_keep_their_order() {
         seen[usize::from(want == "q")] += 1;
     }
     assert!(seen[0] > 1000 && seen[1] > 1000, "{seen:?}");
+}
+
+/// A value the model rejects in a late batch of `predict --proba` (a negative count for
+/// multinomial NB at row 100,000 of 140,000, in the second batch of 65,536 rows on one thread)
+/// is named by its line, nothing is printed, and an existing output file is kept: the input is
+/// checked before the first batch's rows are written.
+#[test]
+fn a_late_bad_value_stops_predict_before_any_output() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "d.csv", "a,b,y\n1,2,p\n3,4,q\n2,0,p\n0,3,q\n");
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit",
+            "--model",
+            "multinomial-nb",
+            "--data",
+            "d.csv",
+            "--label",
+            "y",
+            "--out",
+            "m.json",
+            "-q",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text: String = std::iter::once("a,b\n".to_string())
+        .chain((0..140_000).map(|i| {
+            if i == 100_000 {
+                "1.5,-2\n".to_string()
+            } else {
+                format!("{},{}\n", i % 97, i % 89)
+            }
+        }))
+        .collect();
+    let data = write(dir.path(), "late.csv", &text);
+    write(dir.path(), "out.csv", "kept\n");
+    for out in [None, Some("out.csv")] {
+        let mut args = vec![
+            "predict",
+            "--model",
+            "m.json",
+            "--data",
+            &data,
+            "--proba",
+            "--threads",
+            "1",
+        ];
+        args.extend(out.iter().flat_map(|o| ["--out", *o]));
+        let r = run_in(dir.path(), &args, None);
+        assert_eq!(r.code, 1, "{}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("late.csv:100002: column 'b' has the value -2: counts must be >= 0"),
+            "{}",
+            r.stderr
+        );
+        assert!(
+            r.stdout.is_empty(),
+            "{out:?}: {} bytes printed",
+            r.stdout.len()
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out.csv")).unwrap(),
+            "kept\n"
+        );
+    }
 }

@@ -1014,16 +1014,16 @@ fn same_file(a: &str, _: &std::fs::Metadata, b: &str, _: &std::fs::Metadata) -> 
 pub fn write_atomic(path: &str, contents: &[u8]) -> Result<()> {
     write_atomic_with(path, |file| {
         use std::io::Write;
-        file.write_all(contents)
+        file.write_all(contents).map_err(|e| CliError::io(path, e))
     })
 }
 
 /// [`write_atomic`] of what `write` writes, piece by piece, to the temporary file (so that a
-/// large output need not be held whole in memory first). An error from `write` leaves nothing
-/// behind, as any other.
+/// large output need not be held whole in memory first). An error from `write` (its own, or
+/// writing) leaves nothing behind, as any other.
 pub fn write_atomic_with(
     path: &str,
-    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
+    write: impl FnOnce(&mut std::fs::File) -> Result<()>,
 ) -> Result<()> {
     let target = std::path::Path::new(path);
     let dir = match target.parent() {
@@ -1038,7 +1038,7 @@ pub fn write_atomic_with(
         )));
     }
     let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| CliError::io(path, e))?;
-    write(tmp.as_file_mut()).map_err(|e| CliError::io(path, e))?;
+    write(tmp.as_file_mut())?;
     tmp.as_file()
         .sync_all()
         .map_err(|e| CliError::io(path, e))?;
