@@ -1080,6 +1080,67 @@ fn predictions_of_many_rows_keep_their_order() {
     assert!(seen[0] > 1000 && seen[1] > 1000, "{seen:?}");
 }
 
+/// `eval` takes the posteriors in batches of 131,072 rows: over 140,000 labeled rows (two
+/// batches) its accuracy, log-loss and confusion are those recomputed from `predict --proba`'s
+/// output (whose numbers read back to the posteriors' bits), the log-loss bit for bit when its
+/// terms are summed in row order as `eval` sums them.
+#[test]
+fn eval_over_batches_agrees_with_the_printed_posteriors() {
+    let dir = tempfile::tempdir().unwrap();
+    fitted(dir.path());
+    let text: String = std::iter::once("a,b,label\n".to_string())
+        .chain((0..140_000).map(|i| {
+            let t = (i * 7919 % 10_007) as f64 / 10_007.0;
+            let label = if (i * 31 % 17) < 8 { "p" } else { "q" };
+            format!("{},{},{label}\n", 10.0 * t - 0.5, 9.0 - 10.0 * t)
+        }))
+        .collect();
+    let data = write(dir.path(), "e.csv", &text);
+    let ev = eval_json(dir.path(), "m.json", &data);
+    let p = run_in(
+        dir.path(),
+        &["predict", "--model", "m.json", "--data", &data, "--proba"],
+        None,
+    );
+    assert_eq!(p.code, 0, "{}", p.stderr);
+    let truth: Vec<usize> = text
+        .lines()
+        .skip(1)
+        .map(|l| usize::from(l.ends_with('q')))
+        .collect();
+    let (mut loss, mut correct) = (0.0f64, 0usize);
+    let mut confusion = [[0u64; 2]; 2];
+    for (line, &t) in p.stdout.lines().skip(1).zip(&truth) {
+        let f: Vec<&str> = line.split(',').collect();
+        let probs: Vec<f64> = f[1..].iter().map(|v| v.parse().unwrap()).collect();
+        let predicted = usize::from(f[0] == "q");
+        confusion[t][predicted] += 1;
+        correct += usize::from(predicted == t);
+        loss -= probs[t].max(1e-15).ln();
+    }
+    assert_eq!(ev["n_rows"].as_u64(), Some(140_000));
+    let n = truth.len() as f64;
+    assert_eq!(
+        ev["log_loss"].as_f64().unwrap().to_bits(),
+        (loss / n).to_bits()
+    );
+    assert_eq!(ev["accuracy"].as_f64().unwrap(), correct as f64 / n);
+    let got: Vec<Vec<u64>> = ev["confusion"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    assert_eq!(got, vec![confusion[0].to_vec(), confusion[1].to_vec()]);
+    assert!(correct > 1000 && correct < 139_000, "{correct}");
+}
+
 /// A value the model rejects in a late batch of `predict --proba` (a negative count for
 /// multinomial NB at row 100,000 of 140,000, in the second batch of 65,536 rows on one thread)
 /// is named by its line, nothing is printed, and an existing output file is kept: the input is

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use faer::{Mat, MatRef};
+use faer::MatRef;
 use generative::GenerativeError;
 
 use crate::cli::{EvalArgs, PredictArgs};
@@ -13,6 +13,9 @@ use crate::model_file::ModelFile;
 
 /// Probabilities below this are clipped in the log-loss (as scikit-learn's `log_loss`).
 const LOG_LOSS_EPS: f64 = 1e-15;
+
+/// Rows whose posteriors `eval` takes at once (10 MB of them at ten classes).
+const EVAL_BATCH_ROWS: usize = 1 << 17;
 
 /// Rows of predictions formatted by one task (see [`predict`]).
 const FORMAT_ROWS: usize = 16_384;
@@ -27,15 +30,6 @@ fn read_for(model: &ModelFile, path: &str, label: Option<&str>) -> Result<Datase
             require_label: label.is_some(),
         },
     )
-}
-
-/// Posterior probabilities, with input errors mapped to file lines.
-fn proba(model: &ModelFile, data: &Dataset, rows: &crate::data::Rows) -> Result<Mat<f64>> {
-    model
-        .model
-        .classifier()
-        .predict_proba(rows.matrix())
-        .map_err(|e| input_error(model, data, rows, e))
 }
 
 /// Predicted classes alone: no n × K probabilities are kept (at K = 20,000 classes and 36,864
@@ -264,12 +258,22 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             })
         })
         .collect::<Result<_>>()?;
-    let p = proba(&model, &data, rows)?;
+    // The posteriors a batch of rows at a time (no n × K matrix), each row's terms taken in
+    // row order, so the same sums as over all rows at once.
     let mut confusion = vec![vec![0usize; k]; k];
     let mut loss = 0.0;
-    for (i, &t) in truth.iter().enumerate() {
-        confusion[t][argmax(p.as_ref(), i)] += 1;
-        loss -= p[(i, t)].max(LOG_LOSS_EPS).ln();
+    for b0 in (0..truth.len()).step_by(EVAL_BATCH_ROWS) {
+        let b1 = (b0 + EVAL_BATCH_ROWS).min(truth.len());
+        let x = rows.matrix().subrows(b0, b1 - b0);
+        let p = model
+            .model
+            .classifier()
+            .predict_proba(x)
+            .map_err(|e| input_error(&model, &data, rows, shift_row(e, b0)))?;
+        for (i, &t) in truth[b0..b1].iter().enumerate() {
+            confusion[t][argmax(p.as_ref(), i)] += 1;
+            loss -= p[(i, t)].max(LOG_LOSS_EPS).ln();
+        }
     }
     let n = truth.len();
     let correct: usize = (0..k).map(|c| confusion[c][c]).sum();
