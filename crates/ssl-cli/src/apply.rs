@@ -39,14 +39,16 @@ fn classes(model: &ModelFile, data: &Dataset, rows: &crate::data::Rows) -> Resul
         .model
         .classifier()
         .predict(rows.matrix())
-        .map_err(|e| input_error(model, data, rows, e))
+        .map_err(|e| input_error(model, data, rows, 0, e))
 }
 
-/// A model's error on input rows, with a bad value's row mapped to its file line.
+/// A model's error on input rows from row `first` on (a batch's), with a bad value's row
+/// mapped to its file line.
 fn input_error(
     model: &ModelFile,
     data: &Dataset,
     rows: &crate::data::Rows,
+    first: usize,
     e: GenerativeError,
 ) -> CliError {
     match e {
@@ -58,7 +60,7 @@ fn input_error(
         } => CliError::Data(format!(
             "{}:{}: column '{}' has the value {}: {rule}",
             data.source,
-            rows.lines()[row],
+            rows.lines()[first + row],
             model.features[col],
             crate::error::shown(value)
         )),
@@ -96,7 +98,7 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
             .model
             .classifier()
             .check_input(rows.matrix())
-            .map_err(|e| input_error(&model, &data, rows, e))?;
+            .map_err(|e| input_error(&model, &data, rows, 0, e))?;
     }
     header.push('\n');
     let names: Vec<String> = model.classes.iter().map(|c| field(c)).collect();
@@ -143,7 +145,7 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
             let p = if args.proba {
                 let x = rows.matrix().subrows(b0, b1 - b0);
                 let p = model.model.classifier().predict_proba(x);
-                Some(p.map_err(|e| input_error(&model, &data, rows, shift_row(e, b0)))?)
+                Some(p.map_err(|e| input_error(&model, &data, rows, b0, e))?)
             } else {
                 None
             };
@@ -169,25 +171,6 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
     match &args.out {
         Some(path) => write_atomic_with(path, |file| write_all(file, path)),
         None => write_all(&mut std::io::stdout().lock(), "<stdout>"),
-    }
-}
-
-/// A model's error on the rows of a batch, its row counted from the batch's first row `first`,
-/// with the row counted from the first row of all.
-fn shift_row(e: GenerativeError, first: usize) -> GenerativeError {
-    match e {
-        GenerativeError::InvalidInput {
-            row,
-            col,
-            value,
-            rule,
-        } => GenerativeError::InvalidInput {
-            row: row + first,
-            col,
-            value,
-            rule,
-        },
-        other => other,
     }
 }
 
@@ -269,7 +252,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             .model
             .classifier()
             .predict_proba(x)
-            .map_err(|e| input_error(&model, &data, rows, shift_row(e, b0)))?;
+            .map_err(|e| input_error(&model, &data, rows, b0, e))?;
         for (i, &t) in truth[b0..b1].iter().enumerate() {
             confusion[t][argmax(p.as_ref(), i)] += 1;
             loss -= p[(i, t)].max(LOG_LOSS_EPS).ln();
