@@ -1080,6 +1080,96 @@ fn predictions_of_many_rows_keep_their_order() {
     assert!(seen[0] > 1000 && seen[1] > 1000, "{seen:?}");
 }
 
+/// With many classes, `predict --proba` formats fewer rows a piece (2^17 values: 435 rows of
+/// 300 classes, so a batch is 1,740 rows a thread): over 4,000 rows its output is its halves'
+/// outputs one after the other, the same on 1 and 2 threads, each line names the class of its
+/// largest probability, and its 300 probabilities sum to 1.
+#[test]
+fn predictions_of_many_classes_keep_their_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = 300;
+    let row = |i: usize, label: bool| {
+        let c = i % k;
+        let t = (i * 7919 % 10_007) as f64 / 10_007.0;
+        let l = if label {
+            format!(",c{c}")
+        } else {
+            String::new()
+        };
+        format!("{},{}{l}\n", c as f64 + t - 0.5, (c % 17) as f64 - t)
+    };
+    let train: String = std::iter::once("a,b,y\n".to_string())
+        .chain((0..3 * k).map(|i| row(i, true)))
+        .collect();
+    write(dir.path(), "d.csv", &train);
+    let r = run_in(
+        dir.path(),
+        &[
+            "fit",
+            "--model",
+            "gaussian-nb",
+            "--data",
+            "d.csv",
+            "--label",
+            "y",
+            "--em",
+            "none",
+            "--out",
+            "m.json",
+            "-q",
+        ],
+        None,
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let file = |name: &str, rows: std::ops::Range<usize>| {
+        let text: String = std::iter::once("a,b\n".to_string())
+            .chain(rows.map(|i| row(i, false)))
+            .collect();
+        write(dir.path(), name, &text)
+    };
+    let (all, first, second) = (
+        file("all.csv", 0..4_000),
+        file("first.csv", 0..2_000),
+        file("second.csv", 2_000..4_000),
+    );
+    let predict = |data: &str, threads: &str| {
+        let r = run_in(
+            dir.path(),
+            &[
+                "predict",
+                "--model",
+                "m.json",
+                "--data",
+                data,
+                "--proba",
+                "--threads",
+                threads,
+            ],
+            None,
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let whole = predict(&all, "2");
+    assert!(whole == predict(&all, "1"), "1 and 2 threads differ");
+    let halves = predict(&first, "2") + predict(&second, "2").split_once('\n').unwrap().1;
+    assert!(whole == halves, "the rows' predictions moved");
+    let lines: Vec<&str> = whole.lines().collect();
+    assert_eq!(lines.len(), 4_001);
+    let mut hits = 0;
+    for (i, line) in lines[1..].iter().enumerate() {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!(f.len(), k + 1, "row {i}");
+        let p: Vec<f64> = f[1..].iter().map(|v| v.parse().unwrap()).collect();
+        let best = (0..k).fold(0, |b, c| if p[c] > p[b] { c } else { b });
+        let header: Vec<&str> = lines[0].split(',').collect();
+        assert_eq!(format!("p_{}", f[0]), header[1 + best], "row {i}");
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-9, "row {i}");
+        hits += usize::from(f[0] == format!("c{}", i % k));
+    }
+    assert!(hits > 2_000, "{hits} of 4000 rows given their own class");
+}
+
 /// `eval` takes the posteriors in batches of 131,072 rows: over 140,000 labeled rows (two
 /// batches) its accuracy, log-loss and confusion are those recomputed from `predict --proba`'s
 /// output (whose numbers read back to the posteriors' bits), the log-loss bit for bit when its

@@ -17,8 +17,18 @@ const LOG_LOSS_EPS: f64 = 1e-15;
 /// Rows whose posteriors `eval` takes at once (10 MB of them at ten classes).
 const EVAL_BATCH_ROWS: usize = 1 << 17;
 
-/// Rows of predictions formatted by one task (see [`predict`]).
+/// Most rows of predictions formatted by one task (see [`predict`]).
 const FORMAT_ROWS: usize = 16_384;
+
+/// Most values (rows × (classes + 1)) formatted by one task: about 2.5 MB of text. Why: with
+/// pieces of [`FORMAT_ROWS`] whatever the classes, a piece of 20,000 classes' posteriors was
+/// 6.5 GB of text, and its batch's posteriors 21 GB.
+const FORMAT_VALUES: usize = 1 << 17;
+
+/// Rows per task of `predict`'s formatting, for `k` numbers a row after the class.
+fn piece_rows(k: usize) -> usize {
+    (FORMAT_VALUES / (k + 1)).clamp(1, FORMAT_ROWS)
+}
 
 fn read_for(model: &ModelFile, path: &str, label: Option<&str>) -> Result<Dataset> {
     read_csv(
@@ -135,7 +145,8 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
     // n × K posteriors and then the whole output text were made first (for 1e6 rows of ten
     // classes, 80 MB and 212 MB), and the text written at the end.
     let n = rows.len();
-    let batch_rows = FORMAT_ROWS * 4 * rayon::current_num_threads().max(1);
+    let piece = piece_rows(if args.proba { model.classes.len() } else { 0 });
+    let batch_rows = piece * 4 * rayon::current_num_threads().max(1);
     let write_all = |to: &mut dyn std::io::Write, name: &str| -> Result<()> {
         let io = |e| CliError::io(name, e);
         to.write_all(header.as_bytes()).map_err(io)?;
@@ -150,8 +161,8 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
                 None
             };
             let pieces: Vec<std::ops::Range<usize>> = (b0..b1)
-                .step_by(FORMAT_ROWS)
-                .map(|r0| r0..(r0 + FORMAT_ROWS).min(b1))
+                .step_by(piece)
+                .map(|r0| r0..(r0 + piece).min(b1))
                 .collect();
             let texts: Vec<String> = pieces
                 .par_iter()
