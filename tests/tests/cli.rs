@@ -1016,6 +1016,46 @@ fn data_file_helper_points_at_shipped_data() {
     assert!(data_file("iris.csv").exists() && data_file("wine.csv").exists());
 }
 
+/// `predict --proba` of m.json in `dir` over `n` rows (`row(i)` each, columns a and b): the
+/// output, checked to be the same on 1 and 2 threads and to be the two halves' outputs one
+/// after the other.
+fn output_whole_and_halves(dir: &Path, n: usize, row: &dyn Fn(usize) -> String) -> String {
+    let file = |name: &str, rows: std::ops::Range<usize>| {
+        let text: String = std::iter::once("a,b\n".to_string())
+            .chain(rows.map(row))
+            .collect();
+        write(dir, name, &text)
+    };
+    let (all, first, second) = (
+        file("all.csv", 0..n),
+        file("first.csv", 0..n / 2),
+        file("second.csv", n / 2..n),
+    );
+    let predict = |data: &str, threads: &str| {
+        let r = run_in(
+            dir,
+            &[
+                "predict",
+                "--model",
+                "m.json",
+                "--data",
+                data,
+                "--proba",
+                "--threads",
+                threads,
+            ],
+            None,
+        );
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout
+    };
+    let whole = predict(&all, "2");
+    assert!(whole == predict(&all, "1"), "1 and 2 threads differ");
+    let halves = predict(&first, "2") + predict(&second, "2").split_once('\n').unwrap().1;
+    assert!(whole == halves, "the rows' predictions moved");
+    whole
+}
+
 /// `predict --proba` takes its posteriors in batches of 65,536 rows a thread and formats
 /// pieces of 16,384 rows in parallel: over 140,000 rows (three batches on one thread, two on
 /// two, nine pieces) its output is the two halves' outputs one after the other (batches and
@@ -1033,39 +1073,7 @@ fn predictions_of_many_rows_keep_their_order() {
             10.0 * t - 0.5 + (i % 3) as f64 * 0.1
         )
     };
-    let file = |name: &str, rows: std::ops::Range<usize>| {
-        let text: String = std::iter::once("a,b\n".to_string())
-            .chain(rows.map(row))
-            .collect();
-        write(dir.path(), name, &text)
-    };
-    let (all, first, second) = (
-        file("all.csv", 0..140_000),
-        file("first.csv", 0..70_000),
-        file("second.csv", 70_000..140_000),
-    );
-    let predict = |data: &str, threads: &str| {
-        let r = run_in(
-            dir.path(),
-            &[
-                "predict",
-                "--model",
-                "m.json",
-                "--data",
-                data,
-                "--proba",
-                "--threads",
-                threads,
-            ],
-            None,
-        );
-        assert_eq!(r.code, 0, "{}", r.stderr);
-        r.stdout
-    };
-    let whole = predict(&all, "2");
-    assert_eq!(whole, predict(&all, "1"));
-    let halves = predict(&first, "2") + predict(&second, "2").split_once('\n').unwrap().1;
-    assert!(whole == halves, "the rows' predictions moved");
+    let whole = output_whole_and_halves(dir.path(), 140_000, &row);
     let lines: Vec<&str> = whole.lines().collect();
     assert_eq!(lines.len(), 140_001);
     assert_eq!(lines[0], "prediction,p_p,p_q");
@@ -1129,39 +1137,7 @@ fn predictions_of_many_classes_keep_their_order() {
     let dir = tempfile::tempdir().unwrap();
     let k = 300;
     fitted_many_classes(dir.path(), k);
-    let file = |name: &str, rows: std::ops::Range<usize>| {
-        let text: String = std::iter::once("a,b\n".to_string())
-            .chain(rows.map(|i| many_class_row(i, k, false)))
-            .collect();
-        write(dir.path(), name, &text)
-    };
-    let (all, first, second) = (
-        file("all.csv", 0..4_000),
-        file("first.csv", 0..2_000),
-        file("second.csv", 2_000..4_000),
-    );
-    let predict = |data: &str, threads: &str| {
-        let r = run_in(
-            dir.path(),
-            &[
-                "predict",
-                "--model",
-                "m.json",
-                "--data",
-                data,
-                "--proba",
-                "--threads",
-                threads,
-            ],
-            None,
-        );
-        assert_eq!(r.code, 0, "{}", r.stderr);
-        r.stdout
-    };
-    let whole = predict(&all, "2");
-    assert!(whole == predict(&all, "1"), "1 and 2 threads differ");
-    let halves = predict(&first, "2") + predict(&second, "2").split_once('\n').unwrap().1;
-    assert!(whole == halves, "the rows' predictions moved");
+    let whole = output_whole_and_halves(dir.path(), 4_000, &|i| many_class_row(i, k, false));
     let lines: Vec<&str> = whole.lines().collect();
     assert_eq!(lines.len(), 4_001);
     let mut hits = 0;
@@ -1233,7 +1209,10 @@ fn eval_over_batches_agrees_with_the_printed_posteriors() {
         })
         .collect();
     assert_eq!(got, confusion);
-    assert!(correct > 4_000, "{correct} of {n} rows given their own class");
+    assert!(
+        correct > 4_000,
+        "{correct} of {n} rows given their own class"
+    );
 }
 
 /// A value the model rejects in a late batch of `predict --proba` (a negative count for
