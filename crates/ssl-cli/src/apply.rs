@@ -42,6 +42,21 @@ fn read_for(model: &ModelFile, path: &str, label: Option<&str>) -> Result<Datase
     )
 }
 
+/// Posterior probabilities of the rows `range`, with input errors mapped to file lines.
+fn proba(
+    model: &ModelFile,
+    data: &Dataset,
+    rows: &crate::data::Rows,
+    range: std::ops::Range<usize>,
+) -> Result<faer::Mat<f64>> {
+    let x = rows.matrix().subrows(range.start, range.len());
+    model
+        .model
+        .classifier()
+        .predict_proba(x)
+        .map_err(|e| input_error(model, data, rows, range.start, e))
+}
+
 /// Predicted classes alone: no n × K probabilities are kept (at K = 20,000 classes and 36,864
 /// rows they were 5.9 GB).
 fn classes(model: &ModelFile, data: &Dataset, rows: &crate::data::Rows) -> Result<Vec<usize>> {
@@ -154,9 +169,7 @@ pub fn predict(args: &PredictArgs) -> Result<()> {
             use rayon::prelude::*;
             let b1 = (b0 + batch_rows).min(n);
             let p = if args.proba {
-                let x = rows.matrix().subrows(b0, b1 - b0);
-                let p = model.model.classifier().predict_proba(x);
-                Some(p.map_err(|e| input_error(&model, &data, rows, b0, e))?)
+                Some(proba(&model, &data, rows, b0..b1)?)
             } else {
                 None
             };
@@ -259,12 +272,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     let batch_rows = (EVAL_BATCH_VALUES / k).max(1);
     for b0 in (0..truth.len()).step_by(batch_rows) {
         let b1 = (b0 + batch_rows).min(truth.len());
-        let x = rows.matrix().subrows(b0, b1 - b0);
-        let p = model
-            .model
-            .classifier()
-            .predict_proba(x)
-            .map_err(|e| input_error(&model, &data, rows, b0, e))?;
+        let p = proba(&model, &data, rows, b0..b1)?;
         for (i, &t) in truth[b0..b1].iter().enumerate() {
             confusion[t][argmax(p.as_ref(), i)] += 1;
             loss -= p[(i, t)].max(LOG_LOSS_EPS).ln();
