@@ -1128,13 +1128,6 @@ fn targets_summary(rows: &[Judged<'_>], sk_source: &str) -> String {
     let mut md = format!(
         "\nAgainst the issue's targets at n = {TARGET_ROWS}, from unrounded times (scikit-learn: {sk_source}):\n\n"
     );
-    let list = |items: Vec<String>| {
-        if items.is_empty() {
-            "none".to_string()
-        } else {
-            items.join("; ")
-        }
-    };
     if !classifiers.is_empty() {
         let floored: Vec<(&Judged<'_>, f64)> = classifiers
             .iter()
@@ -1145,17 +1138,14 @@ fn targets_summary(rows: &[Judged<'_>], sk_source: &str) -> String {
             .filter(|(_, x)| *x > 2.0)
             .map(|(r, x)| format!("{} {x:.2}×", name(r)))
             .collect();
-        let _ = writeln!(
-            md,
-            "- Classifier rows within 2× of their floor: {} of {}. Over: {}.",
-            floored.len() - over.len(),
+        tally(
+            &mut md,
+            "Classifier rows within 2× of their floor",
             floored.len(),
-            list(over)
+            "Over",
+            over,
         );
-        let compared: Vec<(&Judged<'_>, f64)> = classifiers
-            .iter()
-            .filter_map(|r| r.sklearn.map(|s| (*r, s / r.seconds)))
-            .collect();
+        let compared = against_sklearn(&classifiers);
         let under: Vec<String> = compared
             .iter()
             .filter(|(_, x)| *x < 5.0)
@@ -1169,32 +1159,29 @@ fn targets_summary(rows: &[Judged<'_>], sk_source: &str) -> String {
                 None => format!("{} {x:.2}×", name(r)),
             })
             .collect();
-        let _ = writeln!(
-            md,
-            "- Classifier rows at least 5× faster than scikit-learn: {} of {}. Under: {}.",
-            compared.len() - under.len(),
+        tally(
+            &mut md,
+            "Classifier rows at least 5× faster than scikit-learn",
             compared.len(),
-            list(under)
+            "Under",
+            under,
         );
     }
     if !em.is_empty() {
         // At least 10× scikit-learn at d = 2 and 16, 4× at d = 64.
         let target = |d: usize| if d >= 64 { 4.0 } else { 10.0 };
-        let compared: Vec<(&Judged<'_>, f64)> = em
-            .iter()
-            .filter_map(|r| r.sklearn.map(|s| (*r, s / r.seconds)))
-            .collect();
+        let compared = against_sklearn(&em);
         let short: Vec<String> = compared
             .iter()
             .filter(|(r, x)| *x < target(r.d))
             .map(|(r, x)| format!("{} {x:.2}× (target {}×)", name(r), target(r.d)))
             .collect();
-        let _ = writeln!(
-            md,
-            "- Full-covariance EM iterations at their target against scikit-learn (10× at d = 2 and 16, 4× at d = 64): {} of {}. Short: {}.",
-            compared.len() - short.len(),
+        tally(
+            &mut md,
+            "Full-covariance EM iterations at their target against scikit-learn (10× at d = 2 and 16, 4× at d = 64)",
             compared.len(),
-            list(short)
+            "Short",
+            short,
         );
         for r in em.iter().filter(|r| r.d == 64 && r.k == 10) {
             if let Some(share) = r.matmul_share {
@@ -1207,6 +1194,25 @@ fn targets_summary(rows: &[Judged<'_>], sk_source: &str) -> String {
         }
     }
     md
+}
+
+/// The rows with a scikit-learn time, each with scikit-learn's time over ours.
+fn against_sklearn<'r, 'a>(rows: &[&'r Judged<'a>]) -> Vec<(&'r Judged<'a>, f64)> {
+    rows.iter()
+        .filter_map(|r| r.sklearn.map(|s| (*r, s / r.seconds)))
+        .collect()
+}
+
+/// One line of [`targets_summary`]: how many of `total` rows meet `what`, then the `misses`
+/// (each naming its row) after `word`, or "none".
+fn tally(md: &mut String, what: &str, total: usize, word: &str, misses: Vec<String>) {
+    let met = total - misses.len();
+    let misses = if misses.is_empty() {
+        "none".to_string()
+    } else {
+        misses.join("; ")
+    };
+    let _ = writeln!(md, "- {what}: {met} of {total}. {word}: {misses}.");
 }
 
 /// (bytes, flops) that any implementation must move and do for a benchmark row: the input is
