@@ -1025,15 +1025,14 @@ pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Resul
     for r in &rows {
         let skt = r.sklearn_key.as_ref().and_then(|k| sk.get(k)).copied();
         let ratio = skt.map_or("".to_string(), |s| format!("{:.1}×", s / r.seconds));
-        let gf = r
-            .flops
+        // GFLOP/s reached and its share of the measured multiply rate.
+        let gflops = r.flops.map(|f| f / r.seconds / 1e9);
+        let matmul_share = gflops.map(|g| g / mm_par);
+        let gf = gflops
+            .zip(matmul_share)
             .filter(|_| !r.op.starts_with("MVN"))
-            .map_or(String::new(), |f| {
-                format!(
-                    "{:.1} ({:.0}%)",
-                    f / r.seconds / 1e9,
-                    100.0 * f / r.seconds / 1e9 / mm_par
-                )
+            .map_or(String::new(), |(g, share)| {
+                format!("{g:.1} ({:.0}%)", 100.0 * share)
             });
         let ours = if r.op.starts_with("MVN") {
             format!("{:.4} ({:.2e} rows/s)", r.seconds, r.n as f64 / r.seconds)
@@ -1053,7 +1052,7 @@ pub fn run(quick: bool, compare: bool, csv_only: bool, sel: &Selection) -> Resul
             seconds: r.seconds,
             sklearn: skt,
             floor,
-            matmul_share: r.flops.map(|f| f / r.seconds / 1e9 / mm_par),
+            matmul_share,
         });
         let _ = writeln!(
             md,
