@@ -1327,15 +1327,20 @@ pub fn grouped_moments_by_rows(
 }
 
 /// Each group's mean and full scatter of a two-column `x` (row by row: `means[g · 2..][..2]`,
-/// and the packed lower triangle `lower[g · 3..][..3]` = (S₁₁, S₁₂, S₂₂)), by rows as
-/// [`grouped_moments_by_rows`]: the sums, then each row's deviations from its group's mean,
-/// their squares and their product in one pass. S₁₁ and S₂₂ are the bits
-/// `grouped_moments_by_rows` gives; every sum is in row order. `counts` as there. Groups at or
-/// past `counts.len()` are skipped. The second pass asks for `ahead` from memory as it goes.
+/// and the packed lower triangle `lower[g · 3..][..3]` = (S₁₁, S₁₂, S₂₂)) in one pass over the
+/// rows, shifted: each group's deviations e = x − s from a shift s near its mean (the mean of
+/// its first [`PAIR_SHIFT_ROWS`] rows, in row order), summed with their squares and product in
+/// row order, then mean = s + Σe / c and S = Σeeᵀ − (Σe)(Σe / c)ᵀ for a group of c rows. Where
+/// that could cost more than a few bits, the two-pass centred moments
+/// ([`grouped_pair_moments_two_pass`]) instead: where some group's c · (mean − s)² passes
+/// twice its scatter, in either feature (see `shift_is_near`). `counts` must be each
+/// group's number of rows; groups at or past `counts.len()` are skipped. Non-finite values make
+/// their group's mean non-finite. The pass asks for `ahead` from memory as it goes.
 ///
-/// Why: a labeled full-covariance fit of many classes at d = 2 otherwise groups the rows by
-/// class and copies them by index before a scatter per class, and the grouping alone, K passes
-/// over the labels, took a third of QDA's fit at K = 10.
+/// Why: a labeled full-covariance fit of many classes at d = 2 took each class's sums, then its
+/// centred products, in two passes over the rows, and both passes were bound by their
+/// instructions, not by memory (BENCHMARKS.md, ninety-sixth round). One pass costs about three
+/// quarters of the two.
 pub fn grouped_pair_moments_by_rows(
     x: MatRef<'_, f64>,
     groups: &[usize],
@@ -1348,6 +1353,219 @@ pub fn grouped_pair_moments_by_rows(
     debug_assert_eq!(x.ncols(), 2);
     debug_assert_eq!(means.len(), k * 2);
     debug_assert_eq!(lower.len(), k * 3);
+    let groups = &groups[..n];
+    let shifts = pair_shifts(x, groups, counts);
+    let mut sums = vec![[0.0f64; 8]; k];
+    let mut done = false;
+    #[cfg(target_arch = "x86_64")]
+    if let Some(kernel) = ByRows::new()
+        && x.ncols() == 2
+        && let Some(columns) = crate::block::contiguous_columns(x, 0..2)
+    {
+        kernel.shifted_pair_sums([columns[0], columns[1]], groups, &shifts, &mut sums, ahead);
+        done = true;
+    }
+    if !done {
+        shifted_pair_sums_one_by_one(x, groups, &shifts, &mut sums);
+    }
+    if !shifted_pair_moments(counts, &shifts, &sums, means, lower) {
+        grouped_pair_moments_two_pass(x, groups, counts, means, lower, RowsAhead::NONE);
+    }
+}
+
+/// How many of a group's first rows [`grouped_pair_moments_by_rows`] averages for its shift.
+/// Why eight: the shift's distance from the mean is then about σ / √8 in each feature, and
+/// `shift_is_near` sends a chunk to the two passes only when some group's is past √2 σ (17
+/// of the 2,000 chunks of ten classes that `profile lda-fit 2 10` fitted); a few rows more
+/// scanned per chunk cost little.
+pub const PAIR_SHIFT_ROWS: usize = 8;
+
+/// Each group's shift for [`grouped_pair_moments_by_rows`], laid out as the kernel reads it,
+/// `(s₁, s₂, s₁, s₂)`: the mean of its first `min(PAIR_SHIFT_ROWS, count)` rows, summed in
+/// row order (0 for an empty group). The scan stops once every group has them.
+fn pair_shifts(x: MatRef<'_, f64>, groups: &[usize], counts: &[usize]) -> Vec<[f64; 4]> {
+    let k = counts.len();
+    let want: Vec<usize> = counts.iter().map(|&c| c.min(PAIR_SHIFT_ROWS)).collect();
+    let mut left = want.iter().filter(|&&w| w > 0).count();
+    let (mut taken, mut sums) = (vec![0usize; k], vec![[0.0f64; 2]; k]);
+    for (i, &g) in groups.iter().enumerate() {
+        if left == 0 {
+            break;
+        }
+        if g < k && taken[g] < want[g] {
+            sums[g][0] += x[(i, 0)];
+            sums[g][1] += x[(i, 1)];
+            taken[g] += 1;
+            if taken[g] == want[g] {
+                left -= 1;
+            }
+        }
+    }
+    sums.iter()
+        .zip(&taken)
+        .map(|(s, &t)| match t {
+            0 => [0.0; 4],
+            t => {
+                let m = [s[0] / t as f64, s[1] / t as f64];
+                [m[0], m[1], m[0], m[1]]
+            }
+        })
+        .collect()
+}
+
+/// Each group's shifted sums in the kernel's layout, one row at a time in row order: slots
+/// (Σe₁², Σe₂², Σe₁e₂, Σe₂e₁, Σe₁, Σe₂) of e = x − s (no fused multiply-add), the additions
+/// [`shifted_pair_sums_v3`] makes, so the same bits.
+fn shifted_pair_sums_one_by_one(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    shifts: &[[f64; 4]],
+    sums: &mut [[f64; 8]],
+) {
+    for (i, &g) in groups.iter().enumerate() {
+        let (Some(s), Some(slots)) = (shifts.get(g), sums.get_mut(g)) else {
+            continue;
+        };
+        let e = [x[(i, 0)] - s[0], x[(i, 1)] - s[1]];
+        let term = [
+            e[0] * e[0],
+            e[1] * e[1],
+            e[0] * e[1],
+            e[1] * e[0],
+            e[0],
+            e[1],
+        ];
+        for (slot, t) in slots.iter_mut().zip(term) {
+            *slot += t;
+        }
+    }
+}
+
+/// [`shifted_pair_sums_one_by_one`] with AVX2: four rows' pairs by two unpacks, each row's
+/// (x, y, x, y) by one permute, its deviations by one subtraction and its products
+/// (e₁², e₂², e₁e₂, e₂e₁) by one permute within lanes and one product; the rows past the last
+/// multiple of eight one at a time.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn shifted_pair_sums_v3(
+    simd: pulp::x86::V3,
+    [x, y]: [&[f64]; 2],
+    groups: &[usize],
+    shifts: &[[f64; 4]],
+    sums: &mut [[f64; 8]],
+    next: RowsAhead<'_>,
+) {
+    use std::arch::x86_64::{__m128d, __m256d};
+    let n = x.len().min(y.len()).min(groups.len());
+    let whole = n / 8 * 8;
+    let (f, f2) = (simd.avx, simd.sse2);
+    let shifts = &shifts[..shifts.len().min(sums.len())];
+    let (xs, _) = x[..whole].as_chunks::<4>();
+    let (ys, _) = y[..whole].as_chunks::<4>();
+    let (gs, _) = groups[..whole].as_chunks::<4>();
+    for (q, ((x4, y4), g4)) in xs.iter().zip(ys).zip(gs).enumerate() {
+        if q % 2 == 0 {
+            next.ask(4 * q);
+        }
+        let (a, b): (__m256d, __m256d) = (pulp::cast(*x4), pulp::cast(*y4));
+        // Rows 0 and 2 in `even`'s halves, 1 and 3 in `odd`'s.
+        let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
+        let rows: [__m256d; 4] = [
+            simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(even),
+            simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(odd),
+            simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(even),
+            simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(odd),
+        ];
+        for (&row, &g) in rows.iter().zip(g4) {
+            let (Some(s), Some(slots)) = (shifts.get(g), sums.get_mut(g)) else {
+                continue;
+            };
+            let dev = f._mm256_sub_pd(row, pulp::cast(*s));
+            // (e₁, e₂, e₁, e₂) · (e₁, e₂, e₂, e₁).
+            let term = f._mm256_mul_pd(dev, f._mm256_permute_pd::<0b0110>(dev));
+            let products: [f64; 4] = [slots[0], slots[1], slots[2], slots[3]];
+            let products: [f64; 4] = pulp::cast(f._mm256_add_pd(pulp::cast(products), term));
+            slots[..4].copy_from_slice(&products);
+            let firsts: __m128d = pulp::cast([slots[4], slots[5]]);
+            let firsts: [f64; 2] = pulp::cast(f2._mm_add_pd(firsts, f._mm256_castpd256_pd128(dev)));
+            slots[4..6].copy_from_slice(&firsts);
+        }
+    }
+    for (i, &g) in groups.iter().enumerate().take(n).skip(whole) {
+        let (Some(s), Some(slots)) = (shifts.get(g), sums.get_mut(g)) else {
+            continue;
+        };
+        let e = [x[i] - s[0], y[i] - s[1]];
+        let term = [
+            e[0] * e[0],
+            e[1] * e[1],
+            e[0] * e[1],
+            e[1] * e[0],
+            e[0],
+            e[1],
+        ];
+        for (slot, t) in slots.iter_mut().zip(term) {
+            *slot += t;
+        }
+    }
+}
+
+/// Each group's mean and packed scatter from its shifted sums: Σe / c, then mean = s + Σe / c
+/// and S = Σeeᵀ − (Σe)(Σe / c)ᵀ (S₁₂ from Σe₁e₂ and Σe₁ · (Σe₂ / c)); an empty group's are 0.
+/// False, with `means` and `lower` unspecified, if some group's shift is not near its mean
+/// ([`shift_is_near`]).
+fn shifted_pair_moments(
+    counts: &[usize],
+    shifts: &[[f64; 4]],
+    sums: &[[f64; 8]],
+    means: &mut [f64],
+    lower: &mut [f64],
+) -> bool {
+    for (g, &count) in counts.iter().enumerate() {
+        let (s, sum) = (&shifts[g], &sums[g]);
+        if count == 0 {
+            means[g * 2..][..2].fill(0.0);
+            lower[g * 3..][..3].fill(0.0);
+            continue;
+        }
+        let c = count as f64;
+        let step = [sum[4] / c, sum[5] / c];
+        let scatter = [
+            sum[0] - sum[4] * step[0],
+            sum[2] - sum[4] * step[1],
+            sum[1] - sum[5] * step[1],
+        ];
+        if !shift_is_near(c, step[0], scatter[0]) || !shift_is_near(c, step[1], scatter[2]) {
+            return false;
+        }
+        means[g * 2..][..2].copy_from_slice(&[s[0] + step[0], s[1] + step[1]]);
+        lower[g * 3..][..3].copy_from_slice(&scatter);
+    }
+    true
+}
+
+/// Whether a shift `step` = mean − s away from a feature's mean costs at most a bit and a half
+/// of its scatter S over c rows: c · step² ≤ 2 · S. Why: S is Σe² − c · step² and the rounding
+/// error of Σe² scales with it, S + c · step², so the shift multiplies S's relative error by
+/// 1 + c · step² / S, here at most 3, against the two passes'. A non-finite step or scatter
+/// passes (its mean is non-finite too, and the fit's check names it).
+fn shift_is_near(c: f64, step: f64, scatter: f64) -> bool {
+    // Written so that a NaN passes.
+    (c * step * step).partial_cmp(&(2.0 * scatter)) != Some(std::cmp::Ordering::Greater)
+}
+
+/// [`grouped_pair_moments_by_rows`]' two-pass form: each group's sums, then each row's
+/// deviations from its group's mean, their squares and their product, every sum in row
+/// order; S₁₁ and S₂₂ are the bits [`grouped_moments_by_rows`] gives.
+pub fn grouped_pair_moments_two_pass(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+    lower: &mut [f64],
+    ahead: RowsAhead<'_>,
+) {
+    let (n, k) = (x.nrows().min(groups.len()), counts.len());
     let groups = &groups[..n];
     #[cfg(target_arch = "x86_64")]
     if let Some(kernel) = ByRows::new()
@@ -1560,6 +1778,32 @@ impl ByRows {
         simd.vectorize(
             #[inline(always)]
             || by_rows_pairs::<true, true>(simd, columns, groups, acc, centre, next),
+        );
+    }
+
+    /// [`shifted_pair_sums_v3`] with this kernel (AVX2's instructions on AVX-512 CPUs too).
+    #[inline]
+    pub(crate) fn shifted_pair_sums(
+        self,
+        columns: [&[f64]; 2],
+        groups: &[usize],
+        shifts: &[[f64; 4]],
+        sums: &mut [[f64; 8]],
+        next: RowsAhead<'_>,
+    ) {
+        let simd = match self {
+            Self::V4(simd) => *simd,
+            Self::V3(simd) => simd,
+        };
+        // The closure moves `sums` out, so it is only `FnOnce`: pulp calls its body then,
+        // not a `call_once` shim over `call_mut` that LLVM left out of line (and the kernel's
+        // intrinsics with it) for a body this size.
+        simd.vectorize(
+            #[inline(always)]
+            move || {
+                let sums = sums;
+                shifted_pair_sums_v3(simd, columns, groups, shifts, sums, next)
+            },
         );
     }
 
@@ -2945,7 +3189,7 @@ mod tests {
     }
 
     #[test]
-    fn pair_moments_by_rows_are_sums_in_row_order() {
+    fn two_pass_pair_moments_are_sums_in_row_order() {
         // Every remainder of eight rows, groups past k skipped, an empty group, and a large
         // offset (the scatter is centred before any product).
         for (n, k) in [(0, 2), (7, 5), (8, 3), (29, 6), (300, 10), (1031, 7)] {
@@ -2988,7 +3232,7 @@ mod tests {
             for view in [x.as_ref(), rows.transpose()] {
                 let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
                 crate::block::with_some_ahead(n, |ahead| {
-                    grouped_pair_moments_by_rows(view, &groups, &counts, &mut m, &mut l, ahead)
+                    grouped_pair_moments_two_pass(view, &groups, &counts, &mut m, &mut l, ahead)
                 });
                 assert_eq!(bits(&m), bits(&means), "means n {n} k {k}");
                 assert_eq!(bits(&l), bits(&lower), "scatter n {n} k {k}");
@@ -3019,6 +3263,166 @@ mod tests {
                 assert!((lower[g * 3 + 1] - s01).abs() <= 1e-9 * (1.0 + s01.abs()));
             }
         }
+    }
+
+    /// [`grouped_pair_moments_by_rows`]' shifted definition, one row at a time in row order:
+    /// the means and packed scatters, or `None` where some group's shift is far from its mean.
+    fn shifted_pair_definition(
+        x: MatRef<'_, f64>,
+        groups: &[usize],
+        counts: &[usize],
+    ) -> Option<(Vec<f64>, Vec<f64>)> {
+        let k = counts.len();
+        let (mut shift, mut taken) = (vec![[0.0f64; 2]; k], vec![0usize; k]);
+        for (i, &g) in groups.iter().enumerate() {
+            if g < k && taken[g] < counts[g].min(PAIR_SHIFT_ROWS) {
+                shift[g][0] += x[(i, 0)];
+                shift[g][1] += x[(i, 1)];
+                taken[g] += 1;
+            }
+        }
+        for g in 0..k {
+            if taken[g] > 0 {
+                shift[g] = [shift[g][0] / taken[g] as f64, shift[g][1] / taken[g] as f64];
+            }
+        }
+        // Σe₁², Σe₂², Σe₁e₂, Σe₁, Σe₂.
+        let mut sums = vec![[0.0f64; 5]; k];
+        for (i, &g) in groups.iter().enumerate() {
+            if g < k {
+                let e = [x[(i, 0)] - shift[g][0], x[(i, 1)] - shift[g][1]];
+                let s = &mut sums[g];
+                s[0] += e[0] * e[0];
+                s[1] += e[1] * e[1];
+                s[2] += e[0] * e[1];
+                s[3] += e[0];
+                s[4] += e[1];
+            }
+        }
+        let (mut means, mut lower) = (vec![0.0; k * 2], vec![0.0; k * 3]);
+        for g in (0..k).filter(|&g| counts[g] > 0) {
+            let (c, s) = (counts[g] as f64, &sums[g]);
+            let step = [s[3] / c, s[4] / c];
+            let scatter = [
+                s[0] - s[3] * step[0],
+                s[2] - s[3] * step[1],
+                s[1] - s[4] * step[1],
+            ];
+            if c * step[0] * step[0] > 2.0 * scatter[0] || c * step[1] * step[1] > 2.0 * scatter[2]
+            {
+                return None;
+            }
+            means[g * 2..][..2].copy_from_slice(&[shift[g][0] + step[0], shift[g][1] + step[1]]);
+            lower[g * 3..][..3].copy_from_slice(&scatter);
+        }
+        Some((means, lower))
+    }
+
+    #[test]
+    fn pair_moments_by_rows_are_the_shifted_sums_in_row_order_or_the_two_passes() {
+        // Every remainder of eight rows, groups past k skipped, an empty group, groups of
+        // fewer rows than the shift takes, a large offset; and (`far`) a group whose first
+        // rows are far from its others, so that its shift is not near its mean.
+        let bits = |v: &[f64]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        let (mut shifted, mut two_passes) = (0, 0);
+        for far in [false, true] {
+            for (n, k) in [(0, 2), (7, 5), (8, 3), (29, 6), (300, 10), (1031, 7)] {
+                let groups = spread_groups(n, k);
+                let counts = group_counts(&groups, k);
+                let firsts: Vec<usize> = (0..n)
+                    .filter(|&i| groups[i] == 1 && far)
+                    .take(PAIR_SHIFT_ROWS)
+                    .collect();
+                let x = faer::Mat::from_fn(n, 2, |i, j| {
+                    let away = if firsts.contains(&i) { 5e4 } else { 0.0 };
+                    ((i * 7919 + j * 31) % 1009) as f64 * 0.37 - 150.0 + 1e6 * (j + 1) as f64 + away
+                });
+                let expected = shifted_pair_definition(x.as_ref(), &groups, &counts);
+                let (means, lower) = match &expected {
+                    Some(both) => {
+                        shifted += 1;
+                        both.clone()
+                    }
+                    None => {
+                        two_passes += 1;
+                        let (mut m, mut l) = (vec![0.0; k * 2], vec![0.0; k * 3]);
+                        let none = RowsAhead::NONE;
+                        grouped_pair_moments_two_pass(
+                            x.as_ref(),
+                            &groups,
+                            &counts,
+                            &mut m,
+                            &mut l,
+                            none,
+                        );
+                        (m, l)
+                    }
+                };
+                let rows = x.transpose().to_owned();
+                for view in [x.as_ref(), rows.transpose()] {
+                    let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
+                    crate::block::with_some_ahead(n, |ahead| {
+                        grouped_pair_moments_by_rows(view, &groups, &counts, &mut m, &mut l, ahead)
+                    });
+                    assert_eq!(bits(&m), bits(&means), "means n {n} k {k} far {far}");
+                    assert_eq!(bits(&l), bits(&lower), "scatter n {n} k {k} far {far}");
+                }
+                // Every kernel's sums are those taken one row at a time.
+                let shifts = pair_shifts(x.as_ref(), &groups, &counts);
+                let mut one_by_one = vec![[0.0f64; 8]; k];
+                shifted_pair_sums_one_by_one(x.as_ref(), &groups, &shifts, &mut one_by_one);
+                #[cfg(target_arch = "x86_64")]
+                for kernel in ByRows::available() {
+                    let columns =
+                        crate::block::contiguous_columns(x.as_ref(), 0..2).unwrap_or_default();
+                    let Ok(columns) = <[&[f64]; 2]>::try_from(columns) else {
+                        panic!("two columns");
+                    };
+                    let mut sums = vec![[f64::NAN; 8]; k];
+                    sums.iter_mut().for_each(|s| *s = [0.0; 8]);
+                    crate::block::with_some_ahead(n, |ahead| {
+                        kernel.shifted_pair_sums(columns, &groups, &shifts, &mut sums, ahead)
+                    });
+                    let flat = |v: &[[f64; 8]]| bits(v.as_flattened());
+                    assert_eq!(
+                        flat(&sums),
+                        flat(&one_by_one),
+                        "{kernel:?} n {n} k {k} far {far}"
+                    );
+                }
+                // Against the gathered rows' two-pass moments.
+                for g in (0..k - 1).filter(|&g| counts[g] > 0) {
+                    let members: Vec<usize> = (0..n).filter(|&i| groups[i] == g).collect();
+                    let mean = |j: usize| {
+                        members.iter().map(|&i| x[(i, j)]).sum::<f64>() / members.len() as f64
+                    };
+                    let m = [mean(0), mean(1)];
+                    let product = |a: usize, b: usize| -> f64 {
+                        members
+                            .iter()
+                            .map(|&i| (x[(i, a)] - m[a]) * (x[(i, b)] - m[b]))
+                            .sum()
+                    };
+                    let want = [product(0, 0), product(0, 1), product(1, 1)];
+                    let scale = (want[0] * want[2]).sqrt();
+                    for (t, w) in want.iter().enumerate() {
+                        let got = lower[g * 3 + t];
+                        assert!(
+                            (got - w).abs() <= 1e-12 * scale,
+                            "n {n} k {k} g {g} {t}: {got} {w}"
+                        );
+                    }
+                    for j in 0..2 {
+                        assert!((means[g * 2 + j] - m[j]).abs() <= 1e-15 * m[j].abs());
+                    }
+                }
+            }
+        }
+        // Both ways were taken.
+        assert!(
+            shifted > 0 && two_passes > 0,
+            "{shifted} shifted, {two_passes} two passes"
+        );
     }
 
     #[test]
