@@ -1349,28 +1349,71 @@ pub fn grouped_pair_moments_by_rows(
     lower: &mut [f64],
     ahead: RowsAhead<'_>,
 ) {
-    let (n, k) = (x.nrows().min(groups.len()), counts.len());
+    let k = counts.len();
     debug_assert_eq!(x.ncols(), 2);
     debug_assert_eq!(means.len(), k * 2);
     debug_assert_eq!(lower.len(), k * 3);
-    let groups = &groups[..n];
+    let (shifts, sums) = shifted_pair_sums(x, groups, counts, ahead);
+    if !shifted_pair_moments(counts, &shifts, &sums, means, lower) {
+        grouped_pair_moments_two_pass(x, groups, counts, means, lower, RowsAhead::NONE);
+    }
+}
+
+/// Each group's means and squared deviations of a two-column `x` (`means[g · 2..][..2]`,
+/// `squares[g · 2..][..2]`), as [`grouped_moments_by_rows`] gives them, by
+/// [`grouped_pair_moments_by_rows`]' one shifted pass: its means and the diagonal of its
+/// scatters, to the bit. Where its shift is not near, [`grouped_moments_by_rows`]' two passes
+/// (the two passes of [`grouped_pair_moments_two_pass`], whose diagonal they are), in the same
+/// chunks, so the diagonal stays the full scatter's.
+///
+/// Why: the same as [`grouped_pair_moments_by_rows`]': a labeled diagonal fit of many
+/// classes at d = 2 was two passes bound by their instructions.
+pub fn grouped_pair_variances_by_rows(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    means: &mut [f64],
+    squares: &mut [f64],
+    ahead: RowsAhead<'_>,
+) {
+    let k = counts.len();
+    debug_assert_eq!(x.ncols(), 2);
+    debug_assert_eq!(means.len(), k * 2);
+    debug_assert_eq!(squares.len(), k * 2);
+    let (shifts, sums) = shifted_pair_sums(x, groups, counts, ahead);
+    let mut lower = vec![0.0; k * 3];
+    if shifted_pair_moments(counts, &shifts, &sums, means, &mut lower) {
+        for (square, scatter) in squares.chunks_exact_mut(2).zip(lower.chunks_exact(3)) {
+            square.copy_from_slice(&[scatter[0], scatter[2]]);
+        }
+    } else {
+        grouped_moments_by_rows(x, groups, counts, means, squares, RowsAhead::NONE);
+    }
+}
+
+/// Each group's shift and shifted sums for [`grouped_pair_moments_by_rows`]: with the by-rows
+/// kernel where the CPU has AVX2 and the columns are contiguous, one row at a time otherwise
+/// (the same bits).
+fn shifted_pair_sums(
+    x: MatRef<'_, f64>,
+    groups: &[usize],
+    counts: &[usize],
+    ahead: RowsAhead<'_>,
+) -> (Vec<[f64; 4]>, Vec<[f64; 8]>) {
+    let groups = &groups[..x.nrows().min(groups.len())];
     let shifts = pair_shifts(x, groups, counts);
-    let mut sums = vec![[0.0f64; 8]; k];
-    let mut done = false;
+    let mut sums = vec![[0.0f64; 8]; counts.len()];
     #[cfg(target_arch = "x86_64")]
     if let Some(kernel) = ByRows::new()
         && x.ncols() == 2
         && let Some(columns) = crate::block::contiguous_columns(x, 0..2)
     {
         kernel.shifted_pair_sums([columns[0], columns[1]], groups, &shifts, &mut sums, ahead);
-        done = true;
+        return (shifts, sums);
     }
-    if !done {
-        shifted_pair_sums_one_by_one(x, groups, &shifts, &mut sums);
-    }
-    if !shifted_pair_moments(counts, &shifts, &sums, means, lower) {
-        grouped_pair_moments_two_pass(x, groups, counts, means, lower, RowsAhead::NONE);
-    }
+    let _ = ahead;
+    shifted_pair_sums_one_by_one(x, groups, &shifts, &mut sums);
+    (shifts, sums)
 }
 
 /// How many of a group's first rows [`grouped_pair_moments_by_rows`] averages for its shift.
@@ -3366,6 +3409,25 @@ mod tests {
                     });
                     assert_eq!(bits(&m), bits(&means), "means n {n} k {k} far {far}");
                     assert_eq!(bits(&l), bits(&lower), "scatter n {n} k {k} far {far}");
+                    // The diagonal fit's: the same means, and the scatters' diagonal.
+                    let (mut m, mut sq) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 2]);
+                    crate::block::with_some_ahead(n, |ahead| {
+                        grouped_pair_variances_by_rows(
+                            view, &groups, &counts, &mut m, &mut sq, ahead,
+                        )
+                    });
+                    let diagonal: Vec<f64> =
+                        lower.chunks_exact(3).flat_map(|l| [l[0], l[2]]).collect();
+                    assert_eq!(
+                        bits(&m),
+                        bits(&means),
+                        "variances' means n {n} k {k} far {far}"
+                    );
+                    assert_eq!(
+                        bits(&sq),
+                        bits(&diagonal),
+                        "variances n {n} k {k} far {far}"
+                    );
                 }
                 // Every kernel's sums are those taken one row at a time.
                 let shifts = pair_shifts(x.as_ref(), &groups, &counts);
