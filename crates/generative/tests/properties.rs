@@ -1964,8 +1964,9 @@ fn input_errors_name_the_first_bad_row_of_the_whole_input_across_chunks() {
 }
 
 /// Labeled Gaussian fits with few classes (diagonal at K <= 2; full and tied with few features)
-/// and those whose class sums are taken by rows (diagonal and tied at K = 6) check a chunk's
-/// values through its class sums, and scan it only when a sum is not finite.
+/// and those whose class sums are taken by rows (diagonal and tied at K = 6, and every structure
+/// at d = 2 from three classes) check a chunk's values through its class sums or means, and
+/// scan it only when one is not finite.
 /// They must still name the first bad value (row-major) of the whole input, wherever it lies,
 /// whatever its kind, in either layout and on any thread count; and finite values whose sums
 /// overflow must not be reported as non-finite.
@@ -1981,11 +1982,17 @@ fn labeled_gaussian_fits_checked_by_their_sums_name_every_bad_value() {
         (Diagonal, 5, 6),
         (Spherical, 9, 6),
         (Tied, 4, 6),
+        // Two features of three or more classes: one shifted pass by rows, whose means are
+        // the check (a bad value among a class's first rows is in its shift).
+        (Full, 2, 3),
+        (Tied, 2, 6),
+        (Diagonal, 2, 6),
     ] {
         // Row i is in class i mod k.
         let (x, y) = gaussian_data(n, d, k, 23);
         let spec = GaussianParams::with_structure(s).check().unwrap();
         for (p, &(row, col)) in chunk_edges(n, d).iter().enumerate() {
+            let col = col % d;
             let bad = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][p % 3];
             let mut xn = with_bad_value(&x, (row, col), bad, f64::NAN);
             // A second bad value of the opposite sign in the same class, column and chunk,
