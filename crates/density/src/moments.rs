@@ -1498,7 +1498,7 @@ fn shifted_pair_sums_v3(
     sums: &mut [[f64; 8]],
     next: RowsAhead<'_>,
 ) {
-    use std::arch::x86_64::{__m128d, __m256d};
+    use std::arch::x86_64::__m128d;
     let n = x.len().min(y.len()).min(groups.len());
     let whole = n / 8 * 8;
     let (f, f2) = (simd.avx, simd.sse2);
@@ -1510,16 +1510,7 @@ fn shifted_pair_sums_v3(
         if q % 2 == 0 {
             next.ask(4 * q);
         }
-        let (a, b): (__m256d, __m256d) = (pulp::cast(*x4), pulp::cast(*y4));
-        // Rows 0 and 2 in `even`'s halves, 1 and 3 in `odd`'s.
-        let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
-        let rows: [__m256d; 4] = [
-            simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(even),
-            simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(odd),
-            simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(even),
-            simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(odd),
-        ];
-        for (&row, &g) in rows.iter().zip(g4) {
+        for (&row, &g) in doubled_rows(simd, x4, y4).iter().zip(g4) {
             let (Some(s), Some(slots)) = (shifts.get(g), sums.get_mut(g)) else {
                 continue;
             };
@@ -2032,17 +2023,8 @@ fn by_rows_two<const SQUARE: bool, const CROSS: bool>(
         if q % 2 == 0 {
             next.ask(4 * q);
         }
-        let (a, b): (__m256d, __m256d) = (pulp::cast(*x4), pulp::cast(*y4));
-        // Rows 0 and 2 in `even`'s halves, 1 and 3 in `odd`'s.
-        let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
         if CROSS {
-            let rows: [__m256d; 4] = [
-                simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(even),
-                simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(odd),
-                simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(even),
-                simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(odd),
-            ];
-            for (&row, &g) in rows.iter().zip(g4) {
+            for (&row, &g) in doubled_rows(simd, x4, y4).iter().zip(g4) {
                 let (Some(c), Some(slots)) = (centres.get(g), sums.get_mut(g)) else {
                     continue;
                 };
@@ -2056,6 +2038,9 @@ fn by_rows_two<const SQUARE: bool, const CROSS: bool>(
             }
             continue;
         }
+        let (a, b): (__m256d, __m256d) = (pulp::cast(*x4), pulp::cast(*y4));
+        // Rows 0 and 2 in `even`'s halves, 1 and 3 in `odd`'s.
+        let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
         let rows: [__m128d; 4] = [
             f._mm256_castpd256_pd128(even),
             f._mm256_castpd256_pd128(odd),
@@ -2079,6 +2064,27 @@ fn by_rows_two<const SQUARE: bool, const CROSS: bool>(
         }
     }
     whole
+}
+
+/// Four rows of two columns, each as (x, y, x, y): two unpacks put rows 0 and 2 in one
+/// vector's halves and 1 and 3 in the other's, and one permute doubles each row.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn doubled_rows(
+    simd: pulp::x86::V3,
+    x4: &[f64; 4],
+    y4: &[f64; 4],
+) -> [std::arch::x86_64::__m256d; 4] {
+    use std::arch::x86_64::__m256d;
+    let f = simd.avx;
+    let (a, b): (__m256d, __m256d) = (pulp::cast(*x4), pulp::cast(*y4));
+    let (even, odd) = (f._mm256_unpacklo_pd(a, b), f._mm256_unpackhi_pd(a, b));
+    [
+        simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(even),
+        simd.avx2._mm256_permute4x64_pd::<0b01_00_01_00>(odd),
+        simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(even),
+        simd.avx2._mm256_permute4x64_pd::<0b11_10_11_10>(odd),
+    ]
 }
 
 /// The rows of a [`by_rows_pairs`] pass from `whole` on, one at a time (the same additions).
