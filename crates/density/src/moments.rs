@@ -1428,32 +1428,30 @@ pub const PAIR_SHIFT_ROWS: usize = 8;
 /// row order (0 for an empty group). The scan stops once every group has them.
 fn pair_shifts(x: MatRef<'_, f64>, groups: &[usize], counts: &[usize]) -> Vec<[f64; 4]> {
     let k = counts.len();
-    let want: Vec<usize> = counts.iter().map(|&c| c.min(PAIR_SHIFT_ROWS)).collect();
-    let mut left = want.iter().filter(|&&w| w > 0).count();
-    let (mut taken, mut sums) = (vec![0usize; k], vec![[0.0f64; 2]; k]);
+    let want = |g: usize| counts[g].min(PAIR_SHIFT_ROWS);
+    let mut left = (0..k).filter(|&g| want(g) > 0).count();
+    // Each group's sums in its first two slots, then its mean in all four.
+    let (mut shifts, mut taken) = (vec![[0.0f64; 4]; k], vec![0usize; k]);
     for (i, &g) in groups.iter().enumerate() {
         if left == 0 {
             break;
         }
-        if g < k && taken[g] < want[g] {
-            sums[g][0] += x[(i, 0)];
-            sums[g][1] += x[(i, 1)];
+        if g < k && taken[g] < want(g) {
+            shifts[g][0] += x[(i, 0)];
+            shifts[g][1] += x[(i, 1)];
             taken[g] += 1;
-            if taken[g] == want[g] {
+            if taken[g] == want(g) {
                 left -= 1;
             }
         }
     }
-    sums.iter()
-        .zip(&taken)
-        .map(|(s, &t)| match t {
-            0 => [0.0; 4],
-            t => {
-                let m = [s[0] / t as f64, s[1] / t as f64];
-                [m[0], m[1], m[0], m[1]]
-            }
-        })
-        .collect()
+    for (shift, &t) in shifts.iter_mut().zip(&taken) {
+        if t > 0 {
+            let m = [shift[0] / t as f64, shift[1] / t as f64];
+            *shift = [m[0], m[1], m[0], m[1]];
+        }
+    }
+    shifts
 }
 
 /// Each group's shifted sums in the kernel's layout, one row at a time in row order: slots
@@ -1469,18 +1467,24 @@ fn shifted_pair_sums_one_by_one(
         let (Some(s), Some(slots)) = (shifts.get(g), sums.get_mut(g)) else {
             continue;
         };
-        let e = [x[(i, 0)] - s[0], x[(i, 1)] - s[1]];
-        let term = [
-            e[0] * e[0],
-            e[1] * e[1],
-            e[0] * e[1],
-            e[1] * e[0],
-            e[0],
-            e[1],
-        ];
-        for (slot, t) in slots.iter_mut().zip(term) {
-            *slot += t;
-        }
+        add_shifted_pair(slots, s, [x[(i, 0)], x[(i, 1)]]);
+    }
+}
+
+/// Adds one row's shifted terms to its group's slots (see [`shifted_pair_sums_one_by_one`]).
+#[inline(always)]
+fn add_shifted_pair(slots: &mut [f64; 8], s: &[f64; 4], row: [f64; 2]) {
+    let e = [row[0] - s[0], row[1] - s[1]];
+    let term = [
+        e[0] * e[0],
+        e[1] * e[1],
+        e[0] * e[1],
+        e[1] * e[0],
+        e[0],
+        e[1],
+    ];
+    for (slot, t) in slots.iter_mut().zip(term) {
+        *slot += t;
     }
 }
 
@@ -1529,18 +1533,7 @@ fn shifted_pair_sums_v3(
         let (Some(s), Some(slots)) = (shifts.get(g), sums.get_mut(g)) else {
             continue;
         };
-        let e = [x[i] - s[0], y[i] - s[1]];
-        let term = [
-            e[0] * e[0],
-            e[1] * e[1],
-            e[0] * e[1],
-            e[1] * e[0],
-            e[0],
-            e[1],
-        ];
-        for (slot, t) in slots.iter_mut().zip(term) {
-            *slot += t;
-        }
+        add_shifted_pair(slots, s, [x[i], y[i]]);
     }
 }
 
