@@ -11,13 +11,18 @@
 //! code, so the kernels are written with `pulp`'s intrinsics.
 //!
 //! Method (the same arithmetic on every path, so the same bits): x is clamped to [−746, 0]
-//! (below −746 the result is 0 in any case); t = x · 16/ln 2 + 1.5 · 2^52 rounds k = x · 16/ln 2
-//! to the nearest integer (ties to even) in one fused multiply-add and leaves it in t's low bits;
-//! r = x − k · ln 2/16 (Cody–Waite: ln 2 in two parts, so k · LN2_HI/16 is exact), |r| ≤
-//! ln 2/32; e^r − 1 = r + r² · g(r), g of degree 5; y = T[k mod 16] · (1 + (e^r − 1)) in one
-//! fused multiply-add; and the result is y · 2^⌊k/16⌋ with a single rounding. AVX-512 does the
-//! last step with `vscalefpd`; AVX2 and the scalar path as y · 2^(⌊k/16⌋ + 60), exact, times
-//! 2^−60, one rounding, which is the same value. AVX2 reads the table with a gather.
+//! (below −746 the result is 0 in any case); t = x · 1/ln 2 + 1.5 · 2^48 rounds x · 1/ln 2 to the
+//! nearest sixteenth, k/16 (ties to even), in one fused multiply-add and leaves the integer k in
+//! t's low bits (t's unit in the last place is 1/16); r = x − (k/16) · ln 2 (Cody–Waite: ln 2 in
+//! two parts, so (k/16) · LN2_HI is exact), |r| ≤ ln 2/32; e^r − 1 = r + r² · g(r), g of degree
+//! 5; y = T[k mod 16] · (1 + (e^r − 1)) in one fused multiply-add; and the result is
+//! y · 2^⌊k/16⌋ with a single rounding. AVX-512 does the last step with `vscalefpd`, which
+//! takes k/16 as it is; AVX2 and the scalar path as y · 2^(⌊k/16⌋ + 60), exact, times 2^−60,
+//! one rounding, which is the same value. AVX2 reads the table with a gather.
+//!
+//! (Until the ninety-seventh round t was x · 16/ln 2 + 1.5 · 2^52, k an integer, and AVX-512
+//! multiplied k by 1/16 for `vscalefpd`: every step here is that one scaled by a power of two,
+//! exactly, so the bits are the same, with one multiplication fewer per vector.)
 //!
 //! Accuracy: g's coefficients interpolate (e^r − 1 − r)/r² at the six Chebyshev nodes of
 //! [−ln 2/32, ln 2/32], rounded to f64; in 50-digit arithmetic 1 + r + r² · g(r) is within
@@ -32,14 +37,15 @@
 
 use std::sync::OnceLock;
 
-/// 16 / ln 2, so that x · K_SCALE counts sixteenths of powers of two.
-const K_SCALE: f64 = 16.0 * std::f64::consts::LOG2_E;
-/// ln 2 / 16 = LN2_HI + LN2_LO; LN2_HI has 21 trailing zero bits, so k · LN2_HI is exact for
-/// the |k| ≤ 17,220 that the clamp allows.
-const LN2_HI: f64 = 0.693_147_180_369_123_8 / 16.0;
-const LN2_LO: f64 = 1.908_214_929_270_587_7e-10 / 16.0;
-/// Adding 1.5 · 2^52 rounds to an integer and leaves it in the low mantissa bits.
-const SHIFT: f64 = 6_755_399_441_055_744.0;
+/// 1 / ln 2, so that x · K_SCALE counts powers of two.
+const K_SCALE: f64 = std::f64::consts::LOG2_E;
+/// ln 2 = LN2_HI + LN2_LO; LN2_HI has 21 trailing zero bits, so (k/16) · LN2_HI is exact for
+/// the |k| ≤ 17,220 that the clamp allows (k/16 has at most 15 significant bits).
+const LN2_HI: f64 = 0.693_147_180_369_123_8;
+const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
+/// Adding 1.5 · 2^48 rounds to a multiple of 1/16 (the unit in the last place of numbers in
+/// [2^48, 2^49)) and leaves sixteen times it, an integer, in the low mantissa bits.
+const SHIFT: f64 = 422_212_465_065_984.0;
 /// g(r) ≈ (e^r − 1 − r) / r², lowest degree first (see the module docs).
 const G: [f64; 6] = [
     0.5,
@@ -86,6 +92,7 @@ pub fn exp_nonpositive(x: f64) -> f64 {
     #[allow(clippy::manual_clamp)]
     let x = x.max(-746.0).min(0.0);
     let t = x.mul_add(K_SCALE, SHIFT);
+    // k/16, exactly.
     let k = t - SHIFT;
     let r = (-k).mul_add(LN2_LO, (-k).mul_add(LN2_HI, x));
     let r2 = r * r;
@@ -756,8 +763,8 @@ impl VectorExp for pulp::x86::V4 {
         ));
         let entry = f._mm512_permutex2var_pd(low, f._mm512_castpd_si512(t), high);
         let y = fma(entry, expm1, entry);
-        // k/16 is exact; `vscalefpd` multiplies by 2^⌊k/16⌋ with one rounding.
-        pulp::cast(f._mm512_scalef_pd(y, f._mm512_mul_pd(k, splat(1.0 / 16.0))))
+        // `k` is k/16; `vscalefpd` multiplies by 2^⌊k/16⌋ with one rounding.
+        pulp::cast(f._mm512_scalef_pd(y, k))
     }
 
     #[inline(always)]
