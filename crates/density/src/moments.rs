@@ -1333,9 +1333,10 @@ pub fn grouped_moments_by_rows(
 /// row order, then mean = s + Σe / c and S = Σeeᵀ − (Σe)(Σe / c)ᵀ for a group of c rows. Where
 /// that could cost more than a few bits, the two-pass centred moments
 /// ([`grouped_pair_moments_two_pass`]) instead: where some group's c · (mean − s)² passes
-/// twice its scatter, in either feature (see `shift_is_near`). `counts` must be each
-/// group's number of rows; groups at or past `counts.len()` are skipped. Non-finite values make
-/// their group's mean non-finite. The pass asks for `ahead` from memory as it goes.
+/// twice its scatter, in either feature (see `shift_is_near`). Each group's number of rows is
+/// written to `counts` (one per group, every value replaced), counted by the same pass; groups
+/// at or past `counts.len()` are skipped. Non-finite values make their group's mean non-finite.
+/// The pass asks for `ahead` from memory as it goes.
 ///
 /// Why: a labeled full-covariance fit of many classes at d = 2 took each class's sums, then its
 /// centred products, in two passes over the rows, and both passes were bound by their
@@ -1344,7 +1345,7 @@ pub fn grouped_moments_by_rows(
 pub fn grouped_pair_moments_by_rows(
     x: MatRef<'_, f64>,
     groups: &[usize],
-    counts: &[usize],
+    counts: &mut [usize],
     means: &mut [f64],
     lower: &mut [f64],
     ahead: RowsAhead<'_>,
@@ -1354,6 +1355,7 @@ pub fn grouped_pair_moments_by_rows(
     debug_assert_eq!(means.len(), k * 2);
     debug_assert_eq!(lower.len(), k * 3);
     let (shifts, sums) = shifted_pair_sums(x, groups, counts, ahead);
+    let counts = &*counts;
     if !shifted_pair_moments(counts, &shifts, &sums, means, lower) {
         grouped_pair_moments_two_pass(x, groups, counts, means, lower, RowsAhead::NONE);
     }
@@ -1364,14 +1366,15 @@ pub fn grouped_pair_moments_by_rows(
 /// [`grouped_pair_moments_by_rows`]' one shifted pass: its means and the diagonal of its
 /// scatters, to the bit. Where its shift is not near, [`grouped_moments_by_rows`]' two passes
 /// (the two passes of [`grouped_pair_moments_two_pass`], whose diagonal they are), in the same
-/// chunks, so the diagonal stays the full scatter's.
+/// chunks, so the diagonal stays the full scatter's. Each group's number of rows is written to
+/// `counts`, as there.
 ///
 /// Why: the same as [`grouped_pair_moments_by_rows`]': a labeled diagonal fit of many
 /// classes at d = 2 was two passes bound by their instructions.
 pub fn grouped_pair_variances_by_rows(
     x: MatRef<'_, f64>,
     groups: &[usize],
-    counts: &[usize],
+    counts: &mut [usize],
     means: &mut [f64],
     squares: &mut [f64],
     ahead: RowsAhead<'_>,
@@ -1381,6 +1384,7 @@ pub fn grouped_pair_variances_by_rows(
     debug_assert_eq!(means.len(), k * 2);
     debug_assert_eq!(squares.len(), k * 2);
     let (shifts, sums) = shifted_pair_sums(x, groups, counts, ahead);
+    let counts = &*counts;
     let mut lower = vec![0.0; k * 3];
     if shifted_pair_moments(counts, &shifts, &sums, means, &mut lower) {
         for (square, scatter) in squares.chunks_exact_mut(2).zip(lower.chunks_exact(3)) {
@@ -1393,28 +1397,43 @@ pub fn grouped_pair_variances_by_rows(
 
 /// Each group's shift and shifted sums for [`grouped_pair_moments_by_rows`]: with the by-rows
 /// kernel where the CPU has AVX2 and the columns are contiguous, one row at a time otherwise
-/// (the same bits).
+/// (the same bits); and each group's number of rows into `counts` (`counts.len()` groups),
+/// from the sums' count slot.
+///
+/// Why the counts from the sums: taken first, by a pass of their own over the labels, they had
+/// 7% of the samples of `profile lda-fit 2 10` in L3 (ninety-seventh round).
 fn shifted_pair_sums(
     x: MatRef<'_, f64>,
     groups: &[usize],
-    counts: &[usize],
+    counts: &mut [usize],
     ahead: RowsAhead<'_>,
 ) -> (Vec<[f64; 4]>, Vec<[f64; 8]>) {
     let groups = &groups[..x.nrows().min(groups.len())];
-    let shifts = pair_shifts(x, groups, counts);
+    let shifts = pair_shifts(x, groups, counts.len());
     let mut sums = vec![[0.0f64; 8]; counts.len()];
+    let mut by_kernel = false;
     #[cfg(target_arch = "x86_64")]
     if let Some(kernel) = ByRows::new()
         && x.ncols() == 2
         && let Some(columns) = crate::block::contiguous_columns(x, 0..2)
     {
         kernel.shifted_pair_sums([columns[0], columns[1]], groups, &shifts, &mut sums, ahead);
-        return (shifts, sums);
+        by_kernel = true;
     }
-    let _ = ahead;
-    shifted_pair_sums_one_by_one(x, groups, &shifts, &mut sums);
+    if !by_kernel {
+        let _ = ahead;
+        shifted_pair_sums_one_by_one(x, groups, &shifts, &mut sums);
+    }
+    for (count, sum) in counts.iter_mut().zip(&sums) {
+        // A sum of ones, exact below 2^53.
+        *count = sum[PAIR_COUNT_SLOT] as usize;
+    }
     (shifts, sums)
 }
+
+/// The slot of a group's shifted sums that counts its rows (one added per row, in the slot
+/// after it too, as the vector kernel's addition of a pair of lanes leaves it).
+const PAIR_COUNT_SLOT: usize = 6;
 
 /// How many of a group's first rows [`grouped_pair_moments_by_rows`] averages for its shift.
 /// Why eight: the shift's distance from the mean is then about σ / √8 in each feature, and
@@ -1423,24 +1442,23 @@ fn shifted_pair_sums(
 /// scanned per chunk cost little.
 pub const PAIR_SHIFT_ROWS: usize = 8;
 
-/// Each group's shift for [`grouped_pair_moments_by_rows`], laid out as the kernel reads it,
-/// `(s₁, s₂, s₁, s₂)`: the mean of its first `min(PAIR_SHIFT_ROWS, count)` rows, summed in
-/// row order (0 for an empty group). The scan stops once every group has them.
-fn pair_shifts(x: MatRef<'_, f64>, groups: &[usize], counts: &[usize]) -> Vec<[f64; 4]> {
-    let k = counts.len();
-    let want = |g: usize| counts[g].min(PAIR_SHIFT_ROWS);
-    let mut left = (0..k).filter(|&g| want(g) > 0).count();
+/// Each of `k` groups' shift for [`grouped_pair_moments_by_rows`], laid out as the kernel
+/// reads it, `(s₁, s₂, s₁, s₂)`: the mean of its first `min(PAIR_SHIFT_ROWS, count)` rows,
+/// summed in row order (0 for an empty group). The scan stops once every group has
+/// `PAIR_SHIFT_ROWS` rows; a group with fewer has it read every label.
+fn pair_shifts(x: MatRef<'_, f64>, groups: &[usize], k: usize) -> Vec<[f64; 4]> {
+    let mut left = k;
     // Each group's sums in its first two slots, then its mean in all four.
     let (mut shifts, mut taken) = (vec![[0.0f64; 4]; k], vec![0usize; k]);
     for (i, &g) in groups.iter().enumerate() {
         if left == 0 {
             break;
         }
-        if g < k && taken[g] < want(g) {
+        if g < k && taken[g] < PAIR_SHIFT_ROWS {
             shifts[g][0] += x[(i, 0)];
             shifts[g][1] += x[(i, 1)];
             taken[g] += 1;
-            if taken[g] == want(g) {
+            if taken[g] == PAIR_SHIFT_ROWS {
                 left -= 1;
             }
         }
@@ -1455,8 +1473,9 @@ fn pair_shifts(x: MatRef<'_, f64>, groups: &[usize], counts: &[usize]) -> Vec<[f
 }
 
 /// Each group's shifted sums in the kernel's layout, one row at a time in row order: slots
-/// (Σe₁², Σe₂², Σe₁e₂, Σe₂e₁, Σe₁, Σe₂) of e = x − s (no fused multiply-add), the additions
-/// [`shifted_pair_sums_v3`] makes, so the same bits.
+/// (Σe₁², Σe₂², Σe₁e₂, Σe₂e₁, Σe₁, Σe₂, c, c) of e = x − s (no fused multiply-add; c the
+/// group's rows, one added per row), the additions [`shifted_pair_sums_v3`] makes, so the same
+/// bits.
 fn shifted_pair_sums_one_by_one(
     x: MatRef<'_, f64>,
     groups: &[usize],
@@ -1482,6 +1501,8 @@ fn add_shifted_pair(slots: &mut [f64; 8], s: &[f64; 4], row: [f64; 2]) {
         e[1] * e[0],
         e[0],
         e[1],
+        1.0,
+        1.0,
     ];
     for (slot, t) in slots.iter_mut().zip(term) {
         *slot += t;
@@ -1489,9 +1510,9 @@ fn add_shifted_pair(slots: &mut [f64; 8], s: &[f64; 4], row: [f64; 2]) {
 }
 
 /// [`shifted_pair_sums_one_by_one`] with AVX2: four rows' pairs by two unpacks, each row's
-/// (x, y, x, y) by one permute, its deviations by one subtraction and its products
-/// (e₁², e₂², e₁e₂, e₂e₁) by one permute within lanes and one product; the rows past the last
-/// multiple of eight one at a time.
+/// (x, y, x, y) by one permute, its deviations by one subtraction, its products
+/// (e₁², e₂², e₁e₂, e₂e₁) by one permute within lanes and one product, and (e₁, e₂, 1, 1) by
+/// one blend; the rows past the last multiple of eight one at a time.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn shifted_pair_sums_v3(
@@ -1502,10 +1523,10 @@ fn shifted_pair_sums_v3(
     sums: &mut [[f64; 8]],
     next: RowsAhead<'_>,
 ) {
-    use std::arch::x86_64::__m128d;
     let n = x.len().min(y.len()).min(groups.len());
     let whole = n / 8 * 8;
-    let (f, f2) = (simd.avx, simd.sse2);
+    let f = simd.avx;
+    let ones = f._mm256_set1_pd(1.0);
     let shifts = &shifts[..shifts.len().min(sums.len())];
     let (xs, _) = x[..whole].as_chunks::<4>();
     let (ys, _) = y[..whole].as_chunks::<4>();
@@ -1524,9 +1545,11 @@ fn shifted_pair_sums_v3(
             let products: [f64; 4] = [slots[0], slots[1], slots[2], slots[3]];
             let products: [f64; 4] = pulp::cast(f._mm256_add_pd(pulp::cast(products), term));
             slots[..4].copy_from_slice(&products);
-            let firsts: __m128d = pulp::cast([slots[4], slots[5]]);
-            let firsts: [f64; 2] = pulp::cast(f2._mm_add_pd(firsts, f._mm256_castpd256_pd128(dev)));
-            slots[4..6].copy_from_slice(&firsts);
+            let firsts: [f64; 4] = [slots[4], slots[5], slots[6], slots[7]];
+            let firsts: [f64; 4] = pulp::cast(
+                f._mm256_add_pd(pulp::cast(firsts), f._mm256_blend_pd::<0b1100>(dev, ones)),
+            );
+            slots[4..].copy_from_slice(&firsts);
         }
     }
     for (i, &g) in groups.iter().enumerate().take(n).skip(whole) {
@@ -3403,18 +3426,22 @@ mod tests {
                 let rows = x.transpose().to_owned();
                 for view in [x.as_ref(), rows.transpose()] {
                     let (mut m, mut l) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 3]);
+                    let mut c = vec![usize::MAX; k];
                     crate::block::with_some_ahead(n, |ahead| {
-                        grouped_pair_moments_by_rows(view, &groups, &counts, &mut m, &mut l, ahead)
+                        grouped_pair_moments_by_rows(view, &groups, &mut c, &mut m, &mut l, ahead)
                     });
+                    assert_eq!(c, counts, "counts n {n} k {k} far {far}");
                     assert_eq!(bits(&m), bits(&means), "means n {n} k {k} far {far}");
                     assert_eq!(bits(&l), bits(&lower), "scatter n {n} k {k} far {far}");
                     // The diagonal fit's: the same means, and the scatters' diagonal.
                     let (mut m, mut sq) = (vec![f64::NAN; k * 2], vec![f64::NAN; k * 2]);
+                    let mut c = vec![usize::MAX; k];
                     crate::block::with_some_ahead(n, |ahead| {
                         grouped_pair_variances_by_rows(
-                            view, &groups, &counts, &mut m, &mut sq, ahead,
+                            view, &groups, &mut c, &mut m, &mut sq, ahead,
                         )
                     });
+                    assert_eq!(c, counts, "variances' counts n {n} k {k} far {far}");
                     let diagonal: Vec<f64> =
                         lower.chunks_exact(3).flat_map(|l| [l[0], l[2]]).collect();
                     assert_eq!(
@@ -3429,7 +3456,7 @@ mod tests {
                     );
                 }
                 // Every kernel's sums are those taken one row at a time.
-                let shifts = pair_shifts(x.as_ref(), &groups, &counts);
+                let shifts = pair_shifts(x.as_ref(), &groups, k);
                 let mut one_by_one = vec![[0.0f64; 8]; k];
                 shifted_pair_sums_one_by_one(x.as_ref(), &groups, &shifts, &mut one_by_one);
                 #[cfg(target_arch = "x86_64")]

@@ -466,22 +466,32 @@ fn diagonal_class_stats_by_rows(
     spare: &mut Option<ChunkStats>,
 ) -> Result<Vec<SufficientStats>> {
     let d = chunk.x.ncols();
-    let counts = group_counts(labels, k);
     let (mut means, mut scatters) = (vec![0.0; k * d], vec![0.0; k * d]);
-    // Two features in one shifted pass (the ninety-sixth round's): the diagonal of the full
-    // fit's scatters, to the bit.
-    let moments = match d {
-        2 => density::moments::grouped_pair_variances_by_rows,
-        _ => density::moments::grouped_moments_by_rows,
+    // Two features in one shifted pass (the ninety-sixth round's), which also counts the
+    // classes: the diagonal of the full fit's scatters, to the bit.
+    let counts = if d == 2 {
+        let mut counts = vec![0; k];
+        density::moments::grouped_pair_variances_by_rows(
+            chunk.x,
+            labels,
+            &mut counts,
+            &mut means,
+            &mut scatters,
+            chunk.ahead,
+        );
+        counts
+    } else {
+        let counts = group_counts(labels, k);
+        density::moments::grouped_moments_by_rows(
+            chunk.x,
+            labels,
+            &counts,
+            &mut means,
+            &mut scatters,
+            chunk.ahead,
+        );
+        counts
     };
-    moments(
-        chunk.x,
-        labels,
-        &counts,
-        &mut means,
-        &mut scatters,
-        chunk.ahead,
-    );
     // A non-finite value makes its class's mean non-finite (the check names it).
     check_through_sums(chunk, MatRef::from_row_major_slice(&means, k, d))?;
     Ok(diagonal_classes(spare, &counts, &means, &scatters))
@@ -866,12 +876,13 @@ impl Checked<GaussianParams> {
             && kind == ScatterKind::Full
             && d == 2
         {
-            let counts = group_counts(labels, k);
+            // The class counts come from the same pass.
+            let mut counts = vec![0; k];
             let (mut means, mut lower) = (vec![0.0; k * 2], vec![0.0; k * 3]);
             density::moments::grouped_pair_moments_by_rows(
                 chunk.x,
                 labels,
-                &counts,
+                &mut counts,
                 &mut means,
                 &mut lower,
                 chunk.ahead,
