@@ -246,6 +246,223 @@ fn unwritten_scores_body(
     })
 }
 
+/// Fewest classes [`unwritten_linear_posteriors`] takes (two classes have a softmax of their
+/// own, one exponential per row).
+const FUSED_MIN_CLASSES: usize = 3;
+
+/// Posteriors straight from linear scores, for rows of at most [`GROUP`] features and 3 to
+/// [`MAX_STREAMED_CLASSES`] classes, with AVX-512: each vector of rows has its K scores formed
+/// in registers (the fused multiply-adds of [`linear_scores`], in its order) and their softmax
+/// taken there (the operations of `density::exp::softmax_rows`: the maximum over the classes in
+/// order, exp(v − m), their sum from zero in class order, each times 1 / sum), so the bits are
+/// those of the scores then [`density::exp::softmax_rows_of_finite_scores`]. Writes the
+/// posteriors of rows `0..first` into `out` (K columns of `x.nrows()` values, not yet
+/// written) and returns `first`: the first row of the first vector holding a value `features`
+/// does not accept, or whose largest score or sum of scores is not finite, else the first row
+/// after the last whole vector. The rows from `first` on are left unwritten, for the caller's
+/// scores and general path. `None`, writing nothing, where the kernel does not take the shape
+/// or the CPU has no AVX-512.
+///
+/// Why: the scores written out and read back by the softmax, its exponentials stored and
+/// read back for the scaling, cost more than the scores' arithmetic. In a scratch program (512
+/// rows of two features in L1, ten classes, best of 4,000, TSC ticks a row) the scores then
+/// `softmax_rows` took 28.1–28.6, the scores alone 9.5–9.7, and the two in registers
+/// 16.8–17.8, with the same bits.
+pub(crate) fn unwritten_linear_posteriors(
+    x: MatRef<'_, f64>,
+    linear: &LinearScores<'_>,
+    out: &mut [&mut [MaybeUninit<f64>]],
+) -> Option<usize> {
+    let (n, d, k) = (x.nrows(), x.ncols(), linear.intercepts.len());
+    if !(FUSED_MIN_CLASSES..=MAX_STREAMED_CLASSES).contains(&k)
+        || !(1..=GROUP).contains(&d)
+        || linear.weights.len() != k * d
+        || out.len() != k
+        || out.iter().any(|col| col.len() != n)
+    {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let simd = pulp::x86::V4::try_new()?;
+        let columns = density::block::contiguous_columns(x, 0..d)?;
+        let fused = Fused {
+            columns: &columns,
+            weights: &linear.weights,
+            intercepts: &linear.intercepts,
+            threshold: linear.features.threshold(),
+            out,
+        };
+        let mode = linear.features.mode();
+        Some(match k {
+            3 => fused_by_width::<3>(simd, mode, fused),
+            4 => fused_by_width::<4>(simd, mode, fused),
+            5 => fused_by_width::<5>(simd, mode, fused),
+            6 => fused_by_width::<6>(simd, mode, fused),
+            7 => fused_by_width::<7>(simd, mode, fused),
+            8 => fused_by_width::<8>(simd, mode, fused),
+            9 => fused_by_width::<9>(simd, mode, fused),
+            _ => fused_by_width::<10>(simd, mode, fused),
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (n, x, out);
+        None
+    }
+}
+
+/// [`unwritten_linear_posteriors`]' arguments, once checked.
+#[cfg(target_arch = "x86_64")]
+struct Fused<'a, 'o> {
+    columns: &'a [&'a [f64]],
+    weights: &'a [f64],
+    intercepts: &'a [f64],
+    threshold: f64,
+    out: &'a mut [&'o mut [MaybeUninit<f64>]],
+}
+
+/// [`fused_posteriors`] with the number of columns and the mode as constants.
+#[cfg(target_arch = "x86_64")]
+fn fused_by_width<const K: usize>(simd: pulp::x86::V4, mode: u8, fused: Fused<'_, '_>) -> usize {
+    match (fused.columns.len(), mode) {
+        (1, COUNTS) => fused_posteriors::<K, 1, COUNTS>(simd, fused),
+        (1, ABOVE) => fused_posteriors::<K, 1, ABOVE>(simd, fused),
+        (1, BINARY) => fused_posteriors::<K, 1, BINARY>(simd, fused),
+        (1, _) => fused_posteriors::<K, 1, AS_IS>(simd, fused),
+        (2, COUNTS) => fused_posteriors::<K, 2, COUNTS>(simd, fused),
+        (2, ABOVE) => fused_posteriors::<K, 2, ABOVE>(simd, fused),
+        (2, BINARY) => fused_posteriors::<K, 2, BINARY>(simd, fused),
+        (2, _) => fused_posteriors::<K, 2, AS_IS>(simd, fused),
+        (3, COUNTS) => fused_posteriors::<K, 3, COUNTS>(simd, fused),
+        (3, ABOVE) => fused_posteriors::<K, 3, ABOVE>(simd, fused),
+        (3, BINARY) => fused_posteriors::<K, 3, BINARY>(simd, fused),
+        (3, _) => fused_posteriors::<K, 3, AS_IS>(simd, fused),
+        (_, COUNTS) => fused_posteriors::<K, GROUP, COUNTS>(simd, fused),
+        (_, ABOVE) => fused_posteriors::<K, GROUP, ABOVE>(simd, fused),
+        (_, BINARY) => fused_posteriors::<K, GROUP, BINARY>(simd, fused),
+        (_, _) => fused_posteriors::<K, GROUP, AS_IS>(simd, fused),
+    }
+}
+
+/// [`unwritten_linear_posteriors`]' kernel for K classes, W columns and a read `MODE`; returns
+/// the first row it did not write.
+#[cfg(target_arch = "x86_64")]
+fn fused_posteriors<const K: usize, const W: usize, const MODE: u8>(
+    simd: pulp::x86::V4,
+    fused: Fused<'_, '_>,
+) -> usize {
+    // The closure moves its arguments in, so it is only `FnOnce` (see
+    // `density::moments::ByRows::shifted_pair_sums`: a `call_once` shim over `call_mut` can be
+    // left out of line, and the kernel's intrinsics with it).
+    simd.vectorize(
+        #[inline(always)]
+        move || {
+            let fused = fused;
+            fused_body::<K, W, MODE>(simd, fused)
+        },
+    )
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn fused_body<const K: usize, const W: usize, const MODE: u8>(
+    simd: pulp::x86::V4,
+    fused: Fused<'_, '_>,
+) -> usize {
+    use pulp::Simd;
+    type V = <pulp::x86::V4 as Simd>::f64s;
+    let Fused {
+        columns,
+        weights,
+        intercepts,
+        threshold,
+        out,
+    } = fused;
+    let d = columns.len();
+    let xv: [&[V]; W] = std::array::from_fn(|q| pulp::x86::V4::as_simd_f64s(columns[q]).0);
+    let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
+    // Loops, not `array::from_fn`, for the same reason as the check below.
+    let (mut wv, mut bv) = ([[zero; W]; K], [zero; K]);
+    for c in 0..K {
+        for q in 0..W {
+            wv[c][q] = simd.splat_f64s(weights[c * d + q]);
+        }
+        bv[c] = simd.splat_f64s(intercepts[c]);
+    }
+    let (max, t) = (simd.splat_f64s(f64::MAX), simd.splat_f64s(threshold));
+    let infinity = simd.splat_f64s(f64::INFINITY);
+    let Ok(out): Result<&mut [&mut [MaybeUninit<f64>]; K], _> = out.try_into() else {
+        return 0;
+    };
+    let vectors = xv
+        .iter()
+        .map(|c| c.len())
+        .chain(out.iter().map(|c| c.len() / 8))
+        .min()
+        .unwrap_or(0);
+    let mut dst: [&mut [MaybeUninit<V>]; K] = out
+        .each_mut()
+        .map(|c| &mut pulp::x86::V4::as_uninit_mut_simd_f64s(c).0[..vectors]);
+    for v in 0..vectors {
+        // The read of `group`, its checks and its values.
+        let mut accepted = true;
+        let mut xs = [zero; W];
+        for q in 0..W {
+            let raw = xv[q][v];
+            if MODE != AS_IS {
+                let ok = match MODE {
+                    COUNTS => simd.and_m64s(
+                        simd.greater_than_or_equal_f64s(raw, zero),
+                        simd.less_than_or_equal_f64s(raw, max),
+                    ),
+                    ABOVE => simd.less_than_or_equal_f64s(simd.abs_f64s(raw), max),
+                    _ => simd.or_m64s(simd.equal_f64s(raw, zero), simd.equal_f64s(raw, one)),
+                };
+                accepted &= ok.0 == u8::MAX;
+            }
+            xs[q] = if MODE == ABOVE {
+                simd.select_f64s(simd.greater_than_f64s(raw, t), one, zero)
+            } else {
+                raw
+            };
+        }
+        // `group`'s scores, from the intercepts through the columns in order.
+        let mut scores = bv;
+        for c in 0..K {
+            for q in 0..W {
+                scores[c] = simd.mul_add_f64s(xs[q], wv[c][q], scores[c]);
+            }
+        }
+        // `softmax_vectors`' check of the finite scores: the maximum (which passes over a NaN)
+        // and the scores' sum (which does not).
+        let mut m = scores[0];
+        let mut total = scores[0];
+        for score in &scores[1..] {
+            m = simd.max_f64s(*score, m);
+            total = simd.add_f64s(total, *score);
+        }
+        // Plain expressions, not a closure: a closure's body may be compiled outside the
+        // kernel's target features (`xtask check-inlining` found `vbroadcastsd` as a call).
+        let finite_m = simd.less_than_f64s(simd.abs_f64s(m), infinity).0 == u8::MAX;
+        let finite_total = simd.less_than_f64s(simd.abs_f64s(total), infinity).0 == u8::MAX;
+        if !(accepted && finite_m && finite_total) {
+            return v * 8;
+        }
+        let mut sum = zero;
+        for score in scores.iter_mut() {
+            // v − m ≤ 0 (m is the largest), as the softmax's.
+            *score = density::exp::exp_nonpositive_v4(simd, simd.sub_f64s(*score, m));
+            sum = simd.add_f64s(sum, *score);
+        }
+        let by = simd.div_f64s(one, sum);
+        for (col, e) in dst.iter_mut().zip(scores) {
+            col[v] = MaybeUninit::new(simd.mul_f64s(e, by));
+        }
+    }
+    vectors * 8
+}
+
 /// Gives NaN scores to every row of `x` that holds a value `features` does not accept, so that
 /// a prediction that checks scores rather than input sees it.
 pub(crate) fn mark_rejected_rows(x: MatRef<'_, f64>, features: Features, mut out: MatMut<'_, f64>) {
@@ -637,6 +854,117 @@ mod tests {
             &b,
             out.as_mut()
         ));
+    }
+
+    /// Posteriors straight from the scores (`ScoreFormula::write_unwritten_posteriors`): every
+    /// mode, one to four columns, three to ten classes, with and without a bad value (rejected by
+    /// the mode, or ±∞/NaN) in the first vector, a later one or the tail, and scores far apart
+    /// (exponentials that underflow) or tied. The rows before the returned one have the bits of
+    /// the scores then `normalize_chunk`; the returned one is the first row of the first vector
+    /// with a bad value (else the end of the whole vectors), or there is no AVX-512; the rows
+    /// from it on have the scores' bits, and the mode's answer for them.
+    #[test]
+    fn posteriors_straight_from_the_scores_have_the_scores_then_softmaxs_bits() {
+        use crate::score_formula::ScoreFormula;
+        let whole_vectors = cfg!(target_arch = "x86_64") && pulp::x86::V4::try_new().is_some();
+        let modes = [
+            Features::AsIs,
+            Features::Counts,
+            Features::Above(0.25),
+            Features::Binary,
+        ];
+        for features in modes {
+            for d in 1..=GROUP {
+                for k in [3, 4, 7, MAX_STREAMED_CLASSES] {
+                    for (n, bad) in [
+                        (0, None),
+                        (5, None),
+                        (61, None),
+                        (300, None),
+                        (300, Some(3)),
+                        (300, Some(131)),
+                        (61, Some(58)),
+                    ] {
+                        // Scores a few units apart, so that every posterior has bits to
+                        // lose; the last class's first weight large, so that some rows' other
+                        // exponentials underflow.
+                        let v = |i: usize, j: usize, salt: usize| {
+                            let h = (i * 7919 + j * 104_729 + salt * 1_299_709) % 10_007;
+                            (h as f64 / 10_007.0 - 0.5) * 4.0
+                        };
+                        let raw = Mat::from_fn(n, d, |i, j| v(i, j, 1));
+                        let mut w: Vec<f64> = (0..k * d).map(|t| v(t / d, t % d, 2)).collect();
+                        let b: Vec<f64> = (0..k).map(|c| v(c, 0, 3)).collect();
+                        w[(k - 1) * d] *= 300.0;
+                        let mut x = Mat::from_fn(n, d, |i, j| match features {
+                            Features::Counts => (raw[(i, j)].abs() * 7.0).floor(),
+                            Features::Binary => ((i + j) % 3 == 0) as u8 as f64,
+                            _ => raw[(i, j)],
+                        });
+                        if let Some(row) = bad {
+                            x[(row, d - 1)] = match features {
+                                Features::Counts => -1.0,
+                                Features::Binary => 0.5,
+                                Features::Above(_) => f64::INFINITY,
+                                Features::AsIs => f64::NAN,
+                            };
+                        }
+                        let case = format!("{features:?} n {n} d {d} k {k} bad {bad:?}");
+                        let mut scores = Mat::<f64>::zeros(n, k);
+                        assert!(linear_scores(x.as_ref(), &w, &b, features, scores.as_mut()));
+                        let mut want = scores.clone();
+                        crate::model::normalize_chunk(want.as_mut(), true, None);
+                        let formula = ScoreFormula::Linear(LinearScores {
+                            weights: w.clone().into(),
+                            intercepts: b.clone().into(),
+                            features,
+                        });
+                        let mut got = Mat::<f64>::from_fn(n, k, |_, _| -7.5);
+                        let columns = density::block::contiguous_columns_mut(got.as_mut())
+                            .unwrap_or_default();
+                        // SAFETY: only values are written into the columns.
+                        #[allow(unsafe_code)]
+                        let columns = unsafe { density::block::as_unwritten_columns(columns) };
+                        let answer = formula.write_unwritten_posteriors(x.as_ref(), columns);
+                        let Some((first, accepted)) = answer else {
+                            assert!(!whole_vectors, "{case}: declined");
+                            continue;
+                        };
+                        let stop = bad
+                            .filter(|&r| r < n / 8 * 8)
+                            .map_or(n / 8 * 8, |r| r / 8 * 8);
+                        assert_eq!(first, stop, "{case}");
+                        assert_eq!(
+                            accepted,
+                            bad.is_none() || features == Features::AsIs,
+                            "{case}"
+                        );
+                        let mut rest = got.as_mut().subrows_mut(first, n - first);
+                        if !accepted {
+                            mark_rejected_rows(
+                                x.as_ref().subrows(first, n - first),
+                                features,
+                                rest.as_mut(),
+                            );
+                        }
+                        for i in 0..n {
+                            for c in 0..k {
+                                let expected = if i < first {
+                                    want[(i, c)]
+                                } else {
+                                    scores[(i, c)]
+                                };
+                                assert_eq!(
+                                    got[(i, c)].to_bits(),
+                                    expected.to_bits(),
+                                    "{case} ({i}, {c})"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Each checked mode: the rows it accepts are the chain of its read values (binarised for

@@ -693,7 +693,27 @@ fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
             return Ok(());
         }
         // Only where the scores are what checks the input: otherwise the input is checked
-        // before they are written.
+        // before they are written. Posteriors of linear scores straight from the scores where
+        // the kernel takes them (few features and classes), the rest as below.
+        if what == Posterior::Probability
+            && let Some(formula) = formula.filter(|_| model.scores_reveal_bad_input())
+            && let Some((first, accepted)) = fresh
+                .columns()
+                .and_then(|c| formula.write_unwritten_posteriors(xc, c))
+        {
+            // SAFETY: given the columns, `write_unwritten_posteriors` either declines (`None`,
+            // not here) or writes every value of every one of them.
+            let chunk = unsafe { fresh.assume_written() };
+            let b = chunk.nrows();
+            if first == b {
+                return Ok(());
+            }
+            let mut rest = chunk.subrows_mut(first, b - first);
+            if !accepted {
+                formula.mark_rejected_rows(xc.subrows(first, b - first), rest.as_mut());
+            }
+            return finish_scored_rows(model, xc, r0, rest, first, what, true);
+        }
         if let Some(formula) = formula.filter(|_| model.scores_reveal_bad_input())
             && let Some(all_accepted) = fresh.columns().and_then(|c| formula.write_unwritten(xc, c))
         {
@@ -722,6 +742,28 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
     let by_scores = check && model.scores_reveal_bad_input();
     if check && !by_scores {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
+    }
+    // Posteriors of linear scores straight from the scores, as in `fill_fresh_chunk` (a
+    // caller's kept output).
+    if by_scores
+        && what == Posterior::Probability
+        && let Some(formula) = model.posterior_score_formula()
+        && let Some(columns) = density::block::contiguous_columns_mut(chunk.as_mut())
+    {
+        // SAFETY: the kernel writes only values into the columns.
+        #[allow(unsafe_code)]
+        let columns = unsafe { density::block::as_unwritten_columns(columns) };
+        if let Some((first, accepted)) = formula.write_unwritten_posteriors(xc, columns) {
+            let b = chunk.nrows();
+            if first == b {
+                return Ok(());
+            }
+            let mut rest = chunk.subrows_mut(first, b - first);
+            if !accepted {
+                formula.mark_rejected_rows(xc.subrows(first, b - first), rest.as_mut());
+            }
+            return finish_scored_rows(model, xc, r0, rest, first, what, true);
+        }
     }
     match what {
         Posterior::Joint => model.log_joint_chunk(xc, chunk.as_mut()),

@@ -14,7 +14,7 @@ use std::mem::MaybeUninit;
 
 use faer::{MatMut, MatRef};
 
-use crate::linear_scores::{LinearScores, mark_rejected_rows};
+use crate::linear_scores::{LinearScores, mark_rejected_rows, unwritten_linear_posteriors};
 
 /// The posterior scores of a chunk of rows, as
 /// [`GenerativeClassifier::posterior_score_formula`](crate::GenerativeClassifier::posterior_score_formula)
@@ -100,6 +100,35 @@ impl ScoreFormula<'_> {
                 Some(true)
             }
         }
+    }
+
+    /// Posteriors of the first rows of `x` straight from the scores, and the scores of the
+    /// rest, into `out` (K columns of `x.nrows()` values not yet written): for the linear
+    /// formula where [`unwritten_linear_posteriors`] takes the shape, `Some((first, accepted))`
+    /// with rows `0..first` holding their posteriors (the bits of the scores then
+    /// [`density::exp::softmax_rows_of_finite_scores`], which would have taken at least those
+    /// rows), the rows from `first` on their scores as
+    /// [`write_unwritten`](Self::write_unwritten) writes them, and `accepted` whether the
+    /// formula accepted every value of those rows. Every value of every column is then written.
+    /// `None`, writing nothing, otherwise.
+    pub(crate) fn write_unwritten_posteriors(
+        &self,
+        x: MatRef<'_, f64>,
+        mut out: Vec<&mut [MaybeUninit<f64>]>,
+    ) -> Option<(usize, bool)> {
+        let ScoreFormula::Linear(linear) = self else {
+            return None;
+        };
+        let first = unwritten_linear_posteriors(x, linear, &mut out)?;
+        let n = x.nrows();
+        if first == n {
+            return Some((n, true));
+        }
+        let rest: Vec<&mut [MaybeUninit<f64>]> =
+            out.into_iter().map(|col| &mut col[first..]).collect();
+        // The kernel took the shape, so the scores kernel takes its rows (the same checks).
+        let accepted = linear.write_unwritten(x.subrows(first, n - first), rest)?;
+        Some((first, accepted))
     }
 
     /// Gives NaN scores to every row of `x` holding a value the formula does not accept.

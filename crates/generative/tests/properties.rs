@@ -1366,7 +1366,15 @@ fn with_bad_value(x: &Mat<f64>, (row, col): (usize, usize), bad: f64, later: f64
 /// wherever it lies in a chunk, whatever its kind, and whatever the thread count.
 #[test]
 fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
-    let (n, d) = (2 * 4096 + 100, 5);
+    // Four features: LDA's posteriors straight from its scores (up to four); five: its scores
+    // first.
+    for d in [4, 5] {
+        gaussian_predictions_name_every_bad_value(d);
+    }
+}
+
+fn gaussian_predictions_name_every_bad_value(d: usize) {
+    let n = 2 * 4096 + 100;
     let (x, y) = gaussian_data(n, d, 3, 21);
     let places = chunk_edges(n, d);
     for s in structures() {
@@ -1420,7 +1428,15 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
 /// fallbacks (row-major input; 11 classes), whatever the thread count.
 #[test]
 fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
-    let (n, d) = (2 * 4096 + 100, 5);
+    // Four features: posteriors straight from the scores for 3 to 10 classes; five: scores
+    // first.
+    for d in [4, 5] {
+        naive_bayes_predictions_name_every_bad_value(d);
+    }
+}
+
+fn naive_bayes_predictions_name_every_bad_value(d: usize) {
+    let n = 2 * 4096 + 100;
     let places = chunk_edges(n, d);
     let counts = |k: usize| Mat::from_fn(n, d, |i, j| ((i * 7 + j * 3 + i / k) % 5) as f64);
     let labels = |k: usize| (0..n).map(|i| i % k).collect::<Vec<_>>();
