@@ -246,6 +246,34 @@ fn unwritten_scores_body(
     })
 }
 
+/// One vector of a column's values as `MODE` reads them (binarised for `ABOVE`, as they are
+/// otherwise; [`group`] centres `CENTRED`'s itself) and, for the checked modes, the lanes the
+/// mode accepts (`t` the threshold, `max` the largest finite value, both in every lane).
+#[inline(always)]
+fn read_lanes<S: pulp::Simd, const MODE: u8>(
+    simd: S,
+    raw: S::f64s,
+    t: S::f64s,
+    max: S::f64s,
+) -> (S::f64s, Option<S::m64s>) {
+    let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
+    let ok = match MODE {
+        COUNTS => Some(simd.and_m64s(
+            simd.greater_than_or_equal_f64s(raw, zero),
+            simd.less_than_or_equal_f64s(raw, max),
+        )),
+        ABOVE => Some(simd.less_than_or_equal_f64s(simd.abs_f64s(raw), max)),
+        BINARY => Some(simd.or_m64s(simd.equal_f64s(raw, zero), simd.equal_f64s(raw, one))),
+        _ => None,
+    };
+    let value = if MODE == ABOVE {
+        simd.select_f64s(simd.greater_than_f64s(raw, t), one, zero)
+    } else {
+        raw
+    };
+    (value, ok)
+}
+
 /// Fewest classes [`unwritten_linear_posteriors`] takes (two classes have a softmax of their
 /// own, one exponential per row).
 const FUSED_MIN_CLASSES: usize = 3;
@@ -409,23 +437,11 @@ fn fused_body<const K: usize, const W: usize, const MODE: u8>(
         let mut accepted = true;
         let mut xs = [zero; W];
         for q in 0..W {
-            let raw = xv[q][v];
-            if MODE != AS_IS {
-                let ok = match MODE {
-                    COUNTS => simd.and_m64s(
-                        simd.greater_than_or_equal_f64s(raw, zero),
-                        simd.less_than_or_equal_f64s(raw, max),
-                    ),
-                    ABOVE => simd.less_than_or_equal_f64s(simd.abs_f64s(raw), max),
-                    _ => simd.or_m64s(simd.equal_f64s(raw, zero), simd.equal_f64s(raw, one)),
-                };
+            let (value, ok) = read_lanes::<_, MODE>(simd, xv[q][v], t, max);
+            if let Some(ok) = ok {
                 accepted &= ok.0 == u8::MAX;
             }
-            xs[q] = if MODE == ABOVE {
-                simd.select_f64s(simd.greater_than_f64s(raw, t), one, zero)
-            } else {
-                raw
-            };
+            xs[q] = value;
         }
         // `group`'s scores, from the intercepts through the columns in order.
         let mut scores = bv;
@@ -648,23 +664,14 @@ fn group<S: pulp::Simd, const K: usize, const W: usize, const FIRST: bool, const
         let mut xs = [zero; W];
         for q in 0..W {
             let raw = xv[q][v];
-            if MODE != AS_IS && MODE != CENTRED {
-                let ok = match MODE {
-                    COUNTS => simd.and_m64s(
-                        simd.greater_than_or_equal_f64s(raw, zero),
-                        simd.less_than_or_equal_f64s(raw, max),
-                    ),
-                    ABOVE => simd.less_than_or_equal_f64s(simd.abs_f64s(raw), max),
-                    _ => simd.or_m64s(simd.equal_f64s(raw, zero), simd.equal_f64s(raw, one)),
-                };
+            let (value, ok) = read_lanes::<S, MODE>(simd, raw, t, max);
+            if let Some(ok) = ok {
                 accepted = simd.select_f64s(ok, accepted, zero);
             }
-            xs[q] = if MODE == ABOVE {
-                simd.select_f64s(simd.greater_than_f64s(raw, t), one, zero)
-            } else if MODE == CENTRED {
+            xs[q] = if MODE == CENTRED {
                 simd.sub_f64s(raw, cv[q])
             } else {
-                raw
+                value
             };
         }
         for c in 0..K {

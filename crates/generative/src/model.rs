@@ -704,15 +704,7 @@ fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
             // SAFETY: given the columns, `write_unwritten_posteriors` either declines (`None`,
             // not here) or writes every value of every one of them.
             let chunk = unsafe { fresh.assume_written() };
-            let b = chunk.nrows();
-            if first == b {
-                return Ok(());
-            }
-            let mut rest = chunk.subrows_mut(first, b - first);
-            if !accepted {
-                formula.mark_rejected_rows(xc.subrows(first, b - first), rest.as_mut());
-            }
-            return finish_scored_rows(model, xc, r0, rest, first, what, true);
+            return finish_after_posteriors(model, formula, xc, r0, chunk, (first, accepted));
         }
         if let Some(formula) = formula.filter(|_| model.scores_reveal_bad_input())
             && let Some(all_accepted) = fresh.columns().and_then(|c| formula.write_unwritten(xc, c))
@@ -753,16 +745,8 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
         // SAFETY: the kernel writes only values into the columns.
         #[allow(unsafe_code)]
         let columns = unsafe { density::block::as_unwritten_columns(columns) };
-        if let Some((first, accepted)) = formula.write_unwritten_posteriors(xc, columns) {
-            let b = chunk.nrows();
-            if first == b {
-                return Ok(());
-            }
-            let mut rest = chunk.subrows_mut(first, b - first);
-            if !accepted {
-                formula.mark_rejected_rows(xc.subrows(first, b - first), rest.as_mut());
-            }
-            return finish_scored_rows(model, xc, r0, rest, first, what, true);
+        if let Some(answer) = formula.write_unwritten_posteriors(xc, columns) {
+            return finish_after_posteriors(model, &formula, xc, r0, chunk, answer);
         }
     }
     match what {
@@ -773,6 +757,29 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
         }
     }
     finish_scored_chunk(model, xc, r0, chunk, what, by_scores)
+}
+
+/// The rest of a chunk (rows `r0 ..` of the input, `xc` laid out column-major) of which
+/// [`ScoreFormula::write_unwritten_posteriors`] gave the rows before `first` their posteriors and
+/// the others their scores (`accepted`: whether the formula accepted every value of those): the
+/// rejected rows marked, then [`finish_scored_rows`] from `first`, which checks their scores.
+fn finish_after_posteriors<M: GenerativeClassifier + ?Sized>(
+    model: &M,
+    formula: &ScoreFormula<'_>,
+    xc: MatRef<'_, f64>,
+    r0: usize,
+    chunk: MatMut<'_, f64>,
+    (first, accepted): (usize, bool),
+) -> Result<()> {
+    let b = chunk.nrows();
+    if first == b {
+        return Ok(());
+    }
+    let mut rest = chunk.subrows_mut(first, b - first);
+    if !accepted {
+        formula.mark_rejected_rows(xc.subrows(first, b - first), rest.as_mut());
+    }
+    finish_scored_rows(model, xc, r0, rest, first, Posterior::Probability, true)
 }
 
 /// The rest of [`fill_laid_out_chunk`] once the chunk holds its scores by `what`: with
