@@ -475,7 +475,7 @@ where
             }
             let mut scores = own.as_mut().subrows_mut(0, len);
             density::block::with_column_major(x.subrows(r0 + s0, len), |xc| {
-                fill_laid_out_chunk(model, xc, r0 + s0, scores.as_mut(), what, true)
+                fill_laid_out_chunk(model, xc, r0 + s0, scores.as_mut(), what, true, None)
             })?;
             results.extend(f(scores.as_mut()));
         }
@@ -607,6 +607,11 @@ where
             .map(|c| (c, None))
             .collect(),
     };
+    // Posteriors straight from the scores where the model's are a formula that takes them
+    // (`fill_laid_out_chunk`): the formula built once here, not per chunk.
+    let formula = (what == Posterior::Probability && check && model.scores_reveal_bad_input())
+        .then(|| model.posterior_score_formula())
+        .flatten();
     let run = run_length(chunks.len(), shape, x.nrows() * x.ncols() * 8);
     let mut runs: Vec<Vec<(usize, Option<MatMut<'_, f64>>)>> = Vec::new();
     let mut chunks = chunks.into_iter().peekable();
@@ -640,7 +645,15 @@ where
                         let mut columns = unsafe { density::block::as_unwritten_columns(columns) };
                         score_then_stream(model, xc, r0, &mut columns, check)?;
                     }
-                    None => fill_laid_out_chunk(model, xc, r0, chunk.as_mut(), what, check)?,
+                    None => fill_laid_out_chunk(
+                        model,
+                        xc,
+                        r0,
+                        chunk.as_mut(),
+                        what,
+                        check,
+                        formula.as_ref(),
+                    )?,
                 }
                 Ok::<T, GenerativeError>(then(state, c, xc, chunk))
             })?;
@@ -717,7 +730,7 @@ fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
             }
             return finish_scored_chunk(model, xc, r0, chunk, what, true);
         }
-        fill_laid_out_chunk(model, xc, r0, fresh.zeroed(), what, true)
+        fill_laid_out_chunk(model, xc, r0, fresh.zeroed(), what, true, None)
     })
 }
 
@@ -730,23 +743,24 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
     mut chunk: MatMut<'_, f64>,
     what: Posterior,
     check: bool,
+    formula: Option<&ScoreFormula<'_>>,
 ) -> Result<()> {
     let by_scores = check && model.scores_reveal_bad_input();
     if check && !by_scores {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
     }
     // Posteriors of linear scores straight from the scores, as in `fill_fresh_chunk` (a
-    // caller's kept output).
+    // caller's kept output; `formula`, the model's, built once per prediction by the caller).
     if by_scores
         && what == Posterior::Probability
-        && let Some(formula) = model.posterior_score_formula()
+        && let Some(formula) = formula
         && let Some(columns) = density::block::contiguous_columns_mut(chunk.as_mut())
     {
         // SAFETY: the kernel writes only values into the columns.
         #[allow(unsafe_code)]
         let columns = unsafe { density::block::as_unwritten_columns(columns) };
         if let Some(answer) = formula.write_unwritten_posteriors(xc, columns) {
-            return finish_after_posteriors(model, &formula, xc, r0, chunk, answer);
+            return finish_after_posteriors(model, formula, xc, r0, chunk, answer);
         }
     }
     match what {
@@ -954,7 +968,15 @@ fn score_then_stream<M: GenerativeClassifier + ?Sized>(
             *own = spread_zeros(b.max(CHUNK_ROWS), k);
         }
         let mut scores = own.as_mut().subrows_mut(0, b);
-        fill_laid_out_chunk(model, xc, r0, scores.as_mut(), Posterior::Scores, check)?;
+        fill_laid_out_chunk(
+            model,
+            xc,
+            r0,
+            scores.as_mut(),
+            Posterior::Scores,
+            check,
+            None,
+        )?;
         normalize_to(scores, columns);
         Ok(())
     })
