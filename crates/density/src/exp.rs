@@ -130,7 +130,7 @@ pub fn exp_shifted_accumulate(values: &mut [f64], shift: &[f64], sums: &mut [f64
 
 /// [`exp_nonpositive`] on a vector of AVX-512 lanes, each ≤ 0 or NaN (no clamp at 0): the
 /// exponential of [`softmax_rows`]' kernel, the same bits, for a kernel elsewhere that takes
-/// its own softmax in registers (`generative`'s posteriors straight from linear scores).
+/// its own softmax in registers (`generative`'s posteriors straight from the scores).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub fn exp_nonpositive_v4(

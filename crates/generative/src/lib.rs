@@ -11,6 +11,7 @@
 //! in chunk order, so results are bit-identical on any number of threads.
 
 mod error;
+mod fused_posteriors;
 pub mod gaussian;
 mod linear_scores;
 pub mod mixed;

@@ -274,209 +274,122 @@ fn read_lanes<S: pulp::Simd, const MODE: u8>(
     (value, ok)
 }
 
-/// Fewest classes [`unwritten_linear_posteriors`] takes (two classes have a softmax of their
-/// own, one exponential per row).
-const FUSED_MIN_CLASSES: usize = 3;
-
-/// Posteriors straight from linear scores, for rows of at most [`GROUP`] features and 3 to
-/// [`MAX_STREAMED_CLASSES`] classes, with AVX-512: each vector of rows has its K scores formed
-/// in registers (the fused multiply-adds of [`linear_scores`], in its order) and their softmax
-/// taken there (the operations of `density::exp::softmax_rows`: the maximum over the classes in
-/// order, exp(v − m), their sum from zero in class order, each times 1 / sum), so the bits are
-/// those of the scores then [`density::exp::softmax_rows_of_finite_scores`]. Writes the
-/// posteriors of rows `0..first` into `out` (K columns of `x.nrows()` values, not yet
-/// written) and returns `first`: the first row of the first vector holding a value `features`
-/// does not accept, or whose largest score or sum of scores is not finite, else the first row
-/// after the last whole vector. The rows from `first` on are left unwritten, for the caller's
-/// scores and general path. `None`, writing nothing, where the kernel does not take the shape
-/// or the CPU has no AVX-512.
-///
-/// Why: the scores written out and read back by the softmax, its exponentials stored and
-/// read back for the scaling, cost more than the scores' arithmetic. In a scratch program (512
-/// rows of two features in L1, ten classes, best of 4,000, TSC ticks a row) the scores then
-/// `softmax_rows` took 28.1–28.6, the scores alone 9.5–9.7, and the two in registers
-/// 16.8–17.8, with the same bits.
-pub(crate) fn unwritten_linear_posteriors(
+/// [`crate::fused_posteriors::unwritten_posteriors`] for linear scores: rows of at most
+/// [`GROUP`] features, 3 to [`MAX_STREAMED_CLASSES`] classes (the caller checks the classes and
+/// the output's shape). Each vector of rows is read as `linear`'s features say (a value they do
+/// not accept stops the kernel there) and its scores formed by the fused multiply-adds of
+/// [`linear_scores`], in its order. `None` where the kernel does not take the shape.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn fused_linear_posteriors(
+    simd: pulp::x86::V4,
     x: MatRef<'_, f64>,
     linear: &LinearScores<'_>,
     out: &mut [&mut [MaybeUninit<f64>]],
 ) -> Option<usize> {
-    let (n, d, k) = (x.nrows(), x.ncols(), linear.intercepts.len());
-    if !(FUSED_MIN_CLASSES..=MAX_STREAMED_CLASSES).contains(&k)
-        || !(1..=GROUP).contains(&d)
-        || linear.weights.len() != k * d
-        || out.len() != k
-        || out.iter().any(|col| col.len() != n)
-    {
+    use crate::fused_posteriors::{posteriors_in_registers, with_classes, with_width};
+    let (d, k) = (x.ncols(), out.len());
+    if !(1..=GROUP).contains(&d) || linear.weights.len() != k * d || linear.intercepts.len() != k {
         return None;
     }
-    #[cfg(target_arch = "x86_64")]
-    {
-        let simd = pulp::x86::V4::try_new()?;
-        let columns = density::block::contiguous_columns(x, 0..d)?;
-        let fused = Fused {
-            columns: &columns,
-            weights: &linear.weights,
-            intercepts: &linear.intercepts,
-            threshold: linear.features.threshold(),
-            out,
-        };
-        let mode = linear.features.mode();
-        Some(match k {
-            3 => fused_by_width::<3>(simd, mode, fused),
-            4 => fused_by_width::<4>(simd, mode, fused),
-            5 => fused_by_width::<5>(simd, mode, fused),
-            6 => fused_by_width::<6>(simd, mode, fused),
-            7 => fused_by_width::<7>(simd, mode, fused),
-            8 => fused_by_width::<8>(simd, mode, fused),
-            9 => fused_by_width::<9>(simd, mode, fused),
-            _ => fused_by_width::<10>(simd, mode, fused),
+    let columns = density::block::contiguous_columns(x, 0..d)?;
+    let (weights, intercepts) = (&linear.weights, &linear.intercepts);
+    let threshold = linear.features.threshold();
+    let mode = linear.features.mode();
+    Some(with_classes!(
+        k,
+        K,
+        with_width!(d, W, {
+            let columns =
+                std::array::from_fn(|q| <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(columns[q]).0);
+            let weights = std::array::from_fn(|c| std::array::from_fn(|q| weights[c * d + q]));
+            let intercepts = std::array::from_fn(|c| intercepts[c]);
+            match mode {
+                COUNTS => {
+                    let rows = LinearRows::<K, W, COUNTS> {
+                        columns,
+                        weights,
+                        intercepts,
+                        threshold,
+                    };
+                    posteriors_in_registers::<K, _>(simd, rows, out)
+                }
+                ABOVE => {
+                    let rows = LinearRows::<K, W, ABOVE> {
+                        columns,
+                        weights,
+                        intercepts,
+                        threshold,
+                    };
+                    posteriors_in_registers::<K, _>(simd, rows, out)
+                }
+                BINARY => {
+                    let rows = LinearRows::<K, W, BINARY> {
+                        columns,
+                        weights,
+                        intercepts,
+                        threshold,
+                    };
+                    posteriors_in_registers::<K, _>(simd, rows, out)
+                }
+                _ => {
+                    let rows = LinearRows::<K, W, AS_IS> {
+                        columns,
+                        weights,
+                        intercepts,
+                        threshold,
+                    };
+                    posteriors_in_registers::<K, _>(simd, rows, out)
+                }
+            }
         })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (n, x, out);
-        None
-    }
+    ))
 }
 
-/// [`unwritten_linear_posteriors`]' arguments, once checked.
+/// Linear scores of K classes over W columns read by `MODE`, a vector of rows at a time, for
+/// [`crate::fused_posteriors`].
 #[cfg(target_arch = "x86_64")]
-struct Fused<'a, 'o> {
-    columns: &'a [&'a [f64]],
-    weights: &'a [f64],
-    intercepts: &'a [f64],
+struct LinearRows<'a, const K: usize, const W: usize, const MODE: u8> {
+    columns: [&'a [crate::fused_posteriors::Lanes]; W],
+    weights: [[f64; W]; K],
+    intercepts: [f64; K],
     threshold: f64,
-    out: &'a mut [&'o mut [MaybeUninit<f64>]],
 }
 
-/// [`fused_posteriors`] with the number of columns and the mode as constants.
 #[cfg(target_arch = "x86_64")]
-fn fused_by_width<const K: usize>(simd: pulp::x86::V4, mode: u8, fused: Fused<'_, '_>) -> usize {
-    match (fused.columns.len(), mode) {
-        (1, COUNTS) => fused_posteriors::<K, 1, COUNTS>(simd, fused),
-        (1, ABOVE) => fused_posteriors::<K, 1, ABOVE>(simd, fused),
-        (1, BINARY) => fused_posteriors::<K, 1, BINARY>(simd, fused),
-        (1, _) => fused_posteriors::<K, 1, AS_IS>(simd, fused),
-        (2, COUNTS) => fused_posteriors::<K, 2, COUNTS>(simd, fused),
-        (2, ABOVE) => fused_posteriors::<K, 2, ABOVE>(simd, fused),
-        (2, BINARY) => fused_posteriors::<K, 2, BINARY>(simd, fused),
-        (2, _) => fused_posteriors::<K, 2, AS_IS>(simd, fused),
-        (3, COUNTS) => fused_posteriors::<K, 3, COUNTS>(simd, fused),
-        (3, ABOVE) => fused_posteriors::<K, 3, ABOVE>(simd, fused),
-        (3, BINARY) => fused_posteriors::<K, 3, BINARY>(simd, fused),
-        (3, _) => fused_posteriors::<K, 3, AS_IS>(simd, fused),
-        (_, COUNTS) => fused_posteriors::<K, GROUP, COUNTS>(simd, fused),
-        (_, ABOVE) => fused_posteriors::<K, GROUP, ABOVE>(simd, fused),
-        (_, BINARY) => fused_posteriors::<K, GROUP, BINARY>(simd, fused),
-        (_, _) => fused_posteriors::<K, GROUP, AS_IS>(simd, fused),
+impl<const K: usize, const W: usize, const MODE: u8> crate::fused_posteriors::VectorScores<K>
+    for LinearRows<'_, K, W, MODE>
+{
+    #[inline(always)]
+    fn vectors(&self) -> usize {
+        self.columns.iter().map(|c| c.len()).min().unwrap_or(0)
     }
-}
 
-/// [`unwritten_linear_posteriors`]' kernel for K classes, W columns and a read `MODE`; returns
-/// the first row it did not write.
-#[cfg(target_arch = "x86_64")]
-fn fused_posteriors<const K: usize, const W: usize, const MODE: u8>(
-    simd: pulp::x86::V4,
-    fused: Fused<'_, '_>,
-) -> usize {
-    // The closure moves its arguments in, so it is only `FnOnce` (see
-    // `density::moments::ByRows::shifted_pair_sums`: a `call_once` shim over `call_mut` can be
-    // left out of line, and the kernel's intrinsics with it).
-    simd.vectorize(
-        #[inline(always)]
-        move || {
-            let fused = fused;
-            fused_body::<K, W, MODE>(simd, fused)
-        },
-    )
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn fused_body<const K: usize, const W: usize, const MODE: u8>(
-    simd: pulp::x86::V4,
-    fused: Fused<'_, '_>,
-) -> usize {
-    use pulp::Simd;
-    type V = <pulp::x86::V4 as Simd>::f64s;
-    let Fused {
-        columns,
-        weights,
-        intercepts,
-        threshold,
-        out,
-    } = fused;
-    let d = columns.len();
-    let xv: [&[V]; W] = std::array::from_fn(|q| pulp::x86::V4::as_simd_f64s(columns[q]).0);
-    let (zero, one) = (simd.splat_f64s(0.0), simd.splat_f64s(1.0));
-    // Loops, not `array::from_fn`, for the same reason as the check below.
-    let (mut wv, mut bv) = ([[zero; W]; K], [zero; K]);
-    for c in 0..K {
-        for q in 0..W {
-            wv[c][q] = simd.splat_f64s(weights[c * d + q]);
-        }
-        bv[c] = simd.splat_f64s(intercepts[c]);
-    }
-    let (max, t) = (simd.splat_f64s(f64::MAX), simd.splat_f64s(threshold));
-    let infinity = simd.splat_f64s(f64::INFINITY);
-    let Ok(out): Result<&mut [&mut [MaybeUninit<f64>]; K], _> = out.try_into() else {
-        return 0;
-    };
-    let vectors = xv
-        .iter()
-        .map(|c| c.len())
-        .chain(out.iter().map(|c| c.len() / 8))
-        .min()
-        .unwrap_or(0);
-    let mut dst: [&mut [MaybeUninit<V>]; K] = out
-        .each_mut()
-        .map(|c| &mut pulp::x86::V4::as_uninit_mut_simd_f64s(c).0[..vectors]);
-    for v in 0..vectors {
-        // The read of `group`, its checks and its values.
+    /// The read of the vector's values and their checks ([`read_lanes`]), then the scores from
+    /// the intercepts through the columns in order, as [`group`]'s.
+    #[inline(always)]
+    fn scores(&self, simd: pulp::x86::V4, v: usize) -> ([crate::fused_posteriors::Lanes; K], bool) {
+        use pulp::Simd;
+        let zero = simd.splat_f64s(0.0);
+        let (max, t) = (simd.splat_f64s(f64::MAX), simd.splat_f64s(self.threshold));
         let mut accepted = true;
         let mut xs = [zero; W];
         for q in 0..W {
-            let (value, ok) = read_lanes::<_, MODE>(simd, xv[q][v], t, max);
+            let (value, ok) = read_lanes::<_, MODE>(simd, self.columns[q][v], t, max);
             if let Some(ok) = ok {
                 accepted &= ok.0 == u8::MAX;
             }
             xs[q] = value;
         }
-        // `group`'s scores, from the intercepts through the columns in order.
-        let mut scores = bv;
+        let mut scores = [zero; K];
         for c in 0..K {
+            scores[c] = simd.splat_f64s(self.intercepts[c]);
             for q in 0..W {
-                scores[c] = simd.mul_add_f64s(xs[q], wv[c][q], scores[c]);
+                scores[c] =
+                    simd.mul_add_f64s(xs[q], simd.splat_f64s(self.weights[c][q]), scores[c]);
             }
         }
-        // `softmax_vectors`' check of the finite scores: the maximum (which passes over a NaN)
-        // and the scores' sum (which does not).
-        let mut m = scores[0];
-        let mut total = scores[0];
-        for score in &scores[1..] {
-            m = simd.max_f64s(*score, m);
-            total = simd.add_f64s(total, *score);
-        }
-        // Plain expressions, not a closure: a closure's body may be compiled outside the
-        // kernel's target features (`xtask check-inlining` found `vbroadcastsd` as a call).
-        let finite_m = simd.less_than_f64s(simd.abs_f64s(m), infinity).0 == u8::MAX;
-        let finite_total = simd.less_than_f64s(simd.abs_f64s(total), infinity).0 == u8::MAX;
-        if !(accepted && finite_m && finite_total) {
-            return v * 8;
-        }
-        let mut sum = zero;
-        for score in scores.iter_mut() {
-            // v − m ≤ 0 (m is the largest), as the softmax's.
-            *score = density::exp::exp_nonpositive_v4(simd, simd.sub_f64s(*score, m));
-            sum = simd.add_f64s(sum, *score);
-        }
-        let by = simd.div_f64s(one, sum);
-        for (col, e) in dst.iter_mut().zip(scores) {
-            col[v] = MaybeUninit::new(simd.mul_f64s(e, by));
-        }
+        (scores, accepted)
     }
-    vectors * 8
 }
 
 /// Gives NaN scores to every row of `x` that holds a value `features` does not accept, so that

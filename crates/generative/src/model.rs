@@ -706,8 +706,8 @@ fn fill_fresh_chunk<M: GenerativeClassifier + ?Sized>(
             return Ok(());
         }
         // Only where the scores are what checks the input: otherwise the input is checked
-        // before they are written. Posteriors of linear scores straight from the scores where
-        // the kernel takes them (few features and classes), the rest as below.
+        // before they are written. Posteriors straight from the scores where a kernel takes the
+        // formula (few features and classes; `fused_posteriors`), the rest as below.
         if what == Posterior::Probability
             && let Some(formula) = formula.filter(|_| model.scores_reveal_bad_input())
             && let Some((first, accepted)) = fresh
@@ -749,7 +749,7 @@ fn fill_laid_out_chunk<M: GenerativeClassifier + ?Sized>(
     if check && !by_scores {
         model.check_input(xc).map_err(|e| e.shifted_rows(r0))?;
     }
-    // Posteriors of linear scores straight from the scores, as in `fill_fresh_chunk` (a
+    // Posteriors straight from the scores, as in `fill_fresh_chunk` (a
     // caller's kept output; `formula`, the model's, built once per prediction by the caller).
     if by_scores
         && what == Posterior::Probability

@@ -14,7 +14,8 @@ use std::mem::MaybeUninit;
 
 use faer::{MatMut, MatRef};
 
-use crate::linear_scores::{LinearScores, mark_rejected_rows, unwritten_linear_posteriors};
+use crate::fused_posteriors::unwritten_posteriors;
+use crate::linear_scores::{LinearScores, mark_rejected_rows};
 
 /// The posterior scores of a chunk of rows, as
 /// [`GenerativeClassifier::posterior_score_formula`](crate::GenerativeClassifier::posterior_score_formula)
@@ -103,8 +104,8 @@ impl ScoreFormula<'_> {
     }
 
     /// Posteriors of the first rows of `x` straight from the scores, and the scores of the
-    /// rest, into `out` (K columns of `x.nrows()` values not yet written): for the linear
-    /// formula where [`unwritten_linear_posteriors`] takes the shape, `Some((first, accepted))`
+    /// rest, into `out` (K columns of `x.nrows()` values not yet written): where
+    /// [`unwritten_posteriors`] takes the formula and shape, `Some((first, accepted))`
     /// with rows `0..first` holding their posteriors (the bits of the scores then
     /// [`density::exp::softmax_rows_of_finite_scores`], which would have taken at least those
     /// rows), the rows from `first` on their scores as
@@ -116,10 +117,7 @@ impl ScoreFormula<'_> {
         x: MatRef<'_, f64>,
         mut out: Vec<&mut [MaybeUninit<f64>]>,
     ) -> Option<(usize, bool)> {
-        let ScoreFormula::Linear(linear) = self else {
-            return None;
-        };
-        let first = unwritten_linear_posteriors(x, linear, &mut out)?;
+        let first = unwritten_posteriors(x, self, &mut out)?;
         let n = x.nrows();
         if first == n {
             return Some((n, true));
@@ -127,7 +125,7 @@ impl ScoreFormula<'_> {
         let rest: Vec<&mut [MaybeUninit<f64>]> =
             out.into_iter().map(|col| &mut col[first..]).collect();
         // The kernel took the shape, so the scores kernel takes its rows (the same checks).
-        let accepted = linear.write_unwritten(x.subrows(first, n - first), rest)?;
+        let accepted = self.write_unwritten(x.subrows(first, n - first), rest)?;
         Some((first, accepted))
     }
 

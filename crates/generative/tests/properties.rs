@@ -1366,9 +1366,9 @@ fn with_bad_value(x: &Mat<f64>, (row, col): (usize, usize), bad: f64, later: f64
 /// wherever it lies in a chunk, whatever its kind, and whatever the thread count.
 #[test]
 fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
-    // Four features: LDA's posteriors straight from its scores (up to four); five: its scores
-    // first.
-    for d in [4, 5] {
+    // Three features: every structure's posteriors straight from its scores (QDA's up to
+    // three); four: LDA's and the diagonal ones' (up to four); five: their scores first.
+    for d in [3, 4, 5] {
         gaussian_predictions_name_every_bad_value(d);
     }
 }
@@ -1376,7 +1376,7 @@ fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
 fn gaussian_predictions_name_every_bad_value(d: usize) {
     let n = 2 * 4096 + 100;
     let (x, y) = gaussian_data(n, d, 3, 21);
-    let places = chunk_edges(n, d);
+    let places = chunk_edges(n, d).map(|(row, col)| (row, col % d));
     for s in structures() {
         let m = fit_gaussian(s, &x, &y, 3);
         assert!(m.scores_reveal_bad_input());
