@@ -1367,8 +1367,9 @@ fn with_bad_value(x: &Mat<f64>, (row, col): (usize, usize), bad: f64, later: f64
 #[test]
 fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
     // Three features: every structure's posteriors straight from its scores (QDA's up to
-    // three); four: LDA's and the diagonal ones' (up to four); five: their scores first.
-    for d in [3, 4, 5] {
+    // three); four: LDA's and the diagonal ones' (LDA's up to four); five: the diagonal ones'
+    // (up to sixteen), LDA's scores first; seventeen: every structure's scores first.
+    for d in [3, 4, 5, 17] {
         gaussian_predictions_name_every_bad_value(d);
     }
 }
