@@ -96,25 +96,9 @@ macro_rules! with_classes {
 }
 pub(crate) use with_classes;
 
-/// Runs `$body` with `$W` a constant equal to `$w` (1 to 4; larger values take 4, so the
-/// caller checks the range first; with `@3`, 1 to 3).
+/// Runs `$body` with `$W` a constant equal to `$w` (1 to 3; larger values take 3, so the
+/// caller checks the range first).
 macro_rules! with_width {
-    (@3 $w:expr, $W:ident, $body:expr) => {
-        match $w {
-            1 => {
-                const $W: usize = 1;
-                $body
-            }
-            2 => {
-                const $W: usize = 2;
-                $body
-            }
-            _ => {
-                const $W: usize = 3;
-                $body
-            }
-        }
-    };
     ($w:expr, $W:ident, $body:expr) => {
         match $w {
             1 => {
@@ -125,21 +109,16 @@ macro_rules! with_width {
                 const $W: usize = 2;
                 $body
             }
-            3 => {
-                const $W: usize = 3;
-                $body
-            }
             _ => {
-                const $W: usize = 4;
+                const $W: usize = 3;
                 $body
             }
         }
     };
 }
-pub(crate) use with_width;
 
 /// Posteriors straight from the scores of `formula`, for 3 to [`FUSED_MAX_CLASSES`] classes
-/// and few features (linear: up to 4; diagonal: up to [`FUSED_DIAGONAL_MAX_FEATURES`]; full:
+/// and few features (linear: up to [`crate::linear_scores::FUSED_MAX_FEATURES`]; diagonal: up to [`FUSED_DIAGONAL_MAX_FEATURES`]; full:
 /// up to [`FUSED_FULL_MAX_FEATURES`]), with AVX-512. Writes the posteriors of rows `0..first`
 /// into `out` (K columns of `x.nrows()` values, not yet written) and returns `first`: the first
 /// row of the first vector holding a value the formula does not accept, or whose largest score
@@ -215,7 +194,7 @@ pub(crate) fn unwritten_posteriors(
                 Some(with_classes!(
                     k,
                     K,
-                    with_width!(@3 d, D, {
+                    with_width!(d, D, {
                         // Factor c's L_jt at c·d² + t·d + j (column-major).
                         let l = |c: usize, j: usize, t: usize| factors[c * d * d + t * d + j];
                         let rows = FullRows::<K, D> {

@@ -275,10 +275,11 @@ fn read_lanes<S: pulp::Simd, const MODE: u8>(
 }
 
 /// [`crate::fused_posteriors::unwritten_posteriors`] for linear scores: rows of at most
-/// [`GROUP`] features, 3 to [`MAX_STREAMED_CLASSES`] classes (the caller checks the classes and
-/// the output's shape). Each vector of rows is read as `linear`'s features say (a value they do
-/// not accept stops the kernel there) and its scores formed by the fused multiply-adds of
-/// [`linear_scores`], in its order. `None` where the kernel does not take the shape.
+/// [`FUSED_MAX_FEATURES`] features, 3 to [`MAX_STREAMED_CLASSES`] classes (the caller checks
+/// the classes and the output's shape). Each vector of rows is read as `linear`'s features say
+/// (a value they do not accept stops the kernel there) and its scores formed by the fused
+/// multiply-adds of [`linear_scores`], in its order. `None` where the kernel does not take the
+/// shape.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn fused_linear_posteriors(
     simd: pulp::x86::V4,
@@ -286,106 +287,106 @@ pub(crate) fn fused_linear_posteriors(
     linear: &LinearScores<'_>,
     out: &mut [&mut [MaybeUninit<f64>]],
 ) -> Option<usize> {
-    use crate::fused_posteriors::{posteriors_in_registers, with_classes, with_width};
+    use crate::fused_posteriors::{Lanes, posteriors_in_registers, with_classes};
     let (d, k) = (x.ncols(), out.len());
-    if !(1..=GROUP).contains(&d) || linear.weights.len() != k * d || linear.intercepts.len() != k {
+    if !(1..=FUSED_MAX_FEATURES).contains(&d)
+        || linear.weights.len() != k * d
+        || linear.intercepts.len() != k
+    {
         return None;
     }
     let columns = density::block::contiguous_columns(x, 0..d)?;
+    let columns: Vec<&[Lanes]> = columns
+        .iter()
+        .map(|c| <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(c).0)
+        .collect();
     let (weights, intercepts) = (&linear.weights, &linear.intercepts);
     let threshold = linear.features.threshold();
-    let mode = linear.features.mode();
-    Some(with_classes!(
-        k,
-        K,
-        with_width!(d, W, {
-            let columns =
-                std::array::from_fn(|q| <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(columns[q]).0);
-            let weights = std::array::from_fn(|c| std::array::from_fn(|q| weights[c * d + q]));
-            let intercepts = std::array::from_fn(|c| intercepts[c]);
-            match mode {
-                COUNTS => {
-                    let rows = LinearRows::<K, W, COUNTS> {
-                        columns,
-                        weights,
-                        intercepts,
-                        threshold,
-                    };
-                    posteriors_in_registers::<K, _>(simd, rows, out)
-                }
-                ABOVE => {
-                    let rows = LinearRows::<K, W, ABOVE> {
-                        columns,
-                        weights,
-                        intercepts,
-                        threshold,
-                    };
-                    posteriors_in_registers::<K, _>(simd, rows, out)
-                }
-                BINARY => {
-                    let rows = LinearRows::<K, W, BINARY> {
-                        columns,
-                        weights,
-                        intercepts,
-                        threshold,
-                    };
-                    posteriors_in_registers::<K, _>(simd, rows, out)
-                }
-                _ => {
-                    let rows = LinearRows::<K, W, AS_IS> {
-                        columns,
-                        weights,
-                        intercepts,
-                        threshold,
-                    };
-                    posteriors_in_registers::<K, _>(simd, rows, out)
-                }
-            }
-        })
-    ))
+    Some(with_classes!(k, K, {
+        let rows = LinearRows::<K, AS_IS> {
+            columns: &columns,
+            // Column q's weight for each class.
+            weights: (0..d)
+                .map(|q| std::array::from_fn(|c| weights[c * d + q]))
+                .collect(),
+            intercepts: std::array::from_fn(|c| intercepts[c]),
+            threshold,
+        };
+        match linear.features.mode() {
+            COUNTS => posteriors_in_registers::<K, _>(simd, rows.read_as::<COUNTS>(), out),
+            ABOVE => posteriors_in_registers::<K, _>(simd, rows.read_as::<ABOVE>(), out),
+            BINARY => posteriors_in_registers::<K, _>(simd, rows.read_as::<BINARY>(), out),
+            _ => posteriors_in_registers::<K, _>(simd, rows, out),
+        }
+    }))
 }
 
-/// Linear scores of K classes over W columns read by `MODE`, a vector of rows at a time, for
-/// [`crate::fused_posteriors`].
+/// Most features [`fused_linear_posteriors`] takes, each vector of rows read from that many
+/// columns at once. Against the scores by groups of columns then the softmax (Zen 4 EPYC,
+/// `profile`, p10 of alternated runs): `lda-predict 16 10` at n = 1e6 on two threads from
+/// memory (`PROFILE_COLD=cs`, 66 runs) 9.38 → 8.92 ms, `mnb-predict 16 10` 9.36 → 9.35 ms;
+/// one thread, 131,072 rows in L3 (168 runs), `lda-predict 8 5` 0.767 → 0.636 ms,
+/// `lda-predict 16 10` 2.06 → 1.94 ms. As for the diagonal formula, wider rows were not tried.
+pub(crate) const FUSED_MAX_FEATURES: usize = 16;
+
+/// Linear scores of K classes read by `MODE`, a vector of rows at a time, for
+/// [`crate::fused_posteriors`]: column by column, each class's score in a register of its own.
 #[cfg(target_arch = "x86_64")]
-struct LinearRows<'a, const K: usize, const W: usize, const MODE: u8> {
-    columns: [&'a [crate::fused_posteriors::Lanes]; W],
-    weights: [[f64; W]; K],
+struct LinearRows<'a, const K: usize, const MODE: u8> {
+    columns: &'a [&'a [crate::fused_posteriors::Lanes]],
+    /// Column q's weight for each class.
+    weights: Vec<[f64; K]>,
     intercepts: [f64; K],
     threshold: f64,
 }
 
 #[cfg(target_arch = "x86_64")]
-impl<const K: usize, const W: usize, const MODE: u8> crate::fused_posteriors::VectorScores<K>
-    for LinearRows<'_, K, W, MODE>
+impl<'a, const K: usize, const MODE: u8> LinearRows<'a, K, MODE> {
+    /// The same scores, read by `M`.
+    fn read_as<const M: u8>(self) -> LinearRows<'a, K, M> {
+        let LinearRows {
+            columns,
+            weights,
+            intercepts,
+            threshold,
+        } = self;
+        LinearRows {
+            columns,
+            weights,
+            intercepts,
+            threshold,
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<const K: usize, const MODE: u8> crate::fused_posteriors::VectorScores<K>
+    for LinearRows<'_, K, MODE>
 {
     #[inline(always)]
     fn vectors(&self) -> usize {
         self.columns.iter().map(|c| c.len()).min().unwrap_or(0)
     }
 
-    /// The read of the vector's values and their checks ([`read_lanes`]), then the scores from
-    /// the intercepts through the columns in order, as [`group`]'s.
+    /// Each column's read of the vector's values and their checks ([`read_lanes`]), and its
+    /// multiply-add into every class's score, from the intercepts through the columns in
+    /// order, as [`group`]'s.
     #[inline(always)]
     fn scores(&self, simd: pulp::x86::V4, v: usize) -> ([crate::fused_posteriors::Lanes; K], bool) {
         use pulp::Simd;
-        let zero = simd.splat_f64s(0.0);
         let (max, t) = (simd.splat_f64s(f64::MAX), simd.splat_f64s(self.threshold));
         let mut accepted = true;
-        let mut xs = [zero; W];
-        for q in 0..W {
-            let (value, ok) = read_lanes::<_, MODE>(simd, self.columns[q][v], t, max);
+        let mut scores = [simd.splat_f64s(0.0); K];
+        for c in 0..K {
+            scores[c] = simd.splat_f64s(self.intercepts[c]);
+        }
+        for (column, weights) in self.columns.iter().zip(&self.weights) {
+            let (value, ok) = read_lanes::<_, MODE>(simd, column[v], t, max);
             if let Some(ok) = ok {
                 accepted &= ok.0 == u8::MAX;
             }
-            xs[q] = value;
-        }
-        let mut scores = [zero; K];
-        for c in 0..K {
-            scores[c] = simd.splat_f64s(self.intercepts[c]);
-            for q in 0..W {
-                scores[c] =
-                    simd.mul_add_f64s(xs[q], simd.splat_f64s(self.weights[c][q]), scores[c]);
+            for c in 0..K {
+                scores[c] = simd.mul_add_f64s(value, simd.splat_f64s(weights[c]), scores[c]);
             }
         }
         (scores, accepted)
@@ -794,7 +795,7 @@ mod tests {
             Features::Binary,
         ];
         for features in modes {
-            for d in 1..=GROUP {
+            for d in 1..=FUSED_MAX_FEATURES {
                 for k in [3, 4, 7, MAX_STREAMED_CLASSES] {
                     for (n, bad) in [
                         (0, None),

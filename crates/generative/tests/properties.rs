@@ -1367,8 +1367,8 @@ fn with_bad_value(x: &Mat<f64>, (row, col): (usize, usize), bad: f64, later: f64
 #[test]
 fn gaussian_predictions_name_every_bad_value_although_they_check_scores() {
     // Three features: every structure's posteriors straight from its scores (QDA's up to
-    // three); four: LDA's and the diagonal ones' (LDA's up to four); five: the diagonal ones'
-    // (up to sixteen), LDA's scores first; seventeen: every structure's scores first.
+    // three); four and five: LDA's and the diagonal ones' (up to sixteen), QDA's scores first;
+    // seventeen: every structure's scores first.
     for d in [3, 4, 5, 17] {
         gaussian_predictions_name_every_bad_value(d);
     }
@@ -1429,9 +1429,9 @@ fn gaussian_predictions_name_every_bad_value(d: usize) {
 /// fallbacks (row-major input; 11 classes), whatever the thread count.
 #[test]
 fn naive_bayes_predictions_name_every_bad_value_although_they_check_scores() {
-    // Four features: posteriors straight from the scores for 3 to 10 classes; five: scores
-    // first.
-    for d in [4, 5] {
+    // Up to sixteen features: posteriors straight from the scores for 3 to 10 classes;
+    // seventeen: scores first.
+    for d in [4, 16, 17] {
         naive_bayes_predictions_name_every_bad_value(d);
     }
 }
