@@ -368,6 +368,13 @@ impl<const K: usize, const MODE: u8> crate::fused_posteriors::VectorScores<K>
         self.columns.iter().map(|c| c.len()).min().unwrap_or(0)
     }
 
+    #[inline(always)]
+    fn ask(&self, v: usize) {
+        for column in self.columns.iter() {
+            density::block::prefetch(column, v);
+        }
+    }
+
     /// Each column's read of the vector's values and their checks ([`read_lanes`]), and its
     /// multiply-add into every class's score, from the intercepts through the columns in
     /// order, as [`group`]'s.
@@ -786,6 +793,7 @@ mod tests {
     /// from it on have the scores' bits, and the mode's answer for them.
     #[test]
     fn posteriors_straight_from_the_scores_have_the_scores_then_softmaxs_bits() {
+        use crate::fused_posteriors::tests::posteriors_straight_from;
         use crate::score_formula::ScoreFormula;
         let whole_vectors = cfg!(target_arch = "x86_64") && pulp::x86::V4::try_new().is_some();
         let modes = [
@@ -840,13 +848,7 @@ mod tests {
                             intercepts: b.clone().into(),
                             features,
                         });
-                        let mut got = Mat::<f64>::from_fn(n, k, |_, _| -7.5);
-                        let columns = density::block::contiguous_columns_mut(got.as_mut())
-                            .unwrap_or_default();
-                        // SAFETY: only values are written into the columns.
-                        #[allow(unsafe_code)]
-                        let columns = unsafe { density::block::as_unwritten_columns(columns) };
-                        let answer = formula.write_unwritten_posteriors(x.as_ref(), columns);
+                        let (mut got, answer) = posteriors_straight_from(&formula, x.as_ref(), k);
                         let Some((first, accepted)) = answer else {
                             assert!(!whole_vectors, "{case}: declined");
                             continue;
