@@ -47,13 +47,25 @@ pub(crate) type Lanes = <pulp::x86::V4 as pulp::Simd>::f64s;
 /// The K scores of each vector of 8 rows, formed in registers.
 #[cfg(target_arch = "x86_64")]
 pub(crate) trait VectorScores<const K: usize> {
-    /// Whole vectors of rows it holds.
-    fn vectors(&self) -> usize;
+    /// The columns it reads, as vectors of rows.
+    fn columns(&self) -> &[&[Lanes]];
     /// The scores of vector `v` (< [`vectors`](Self::vectors)), and whether the formula
     /// accepts every value of its rows.
     fn scores(&self, simd: pulp::x86::V4, v: usize) -> ([Lanes; K], bool);
+
+    /// Whole vectors of rows it holds.
+    #[inline(always)]
+    fn vectors(&self) -> usize {
+        self.columns().iter().map(|c| c.len()).min().unwrap_or(0)
+    }
+
     /// Asks for vector `v` of every column from memory (nothing past the end).
-    fn ask(&self, v: usize);
+    #[inline(always)]
+    fn ask(&self, v: usize) {
+        for column in self.columns() {
+            density::block::prefetch(column, v);
+        }
+    }
 }
 
 /// How many vectors of rows ahead of the one it scores [`posteriors_in_registers`] asks for
@@ -332,15 +344,8 @@ struct DiagonalRows<'a, const K: usize> {
 #[cfg(target_arch = "x86_64")]
 impl<const K: usize> VectorScores<K> for DiagonalRows<'_, K> {
     #[inline(always)]
-    fn vectors(&self) -> usize {
-        self.columns.iter().map(|c| c.len()).min().unwrap_or(0)
-    }
-
-    #[inline(always)]
-    fn ask(&self, v: usize) {
-        for column in self.columns.iter() {
-            density::block::prefetch(column, v);
-        }
+    fn columns(&self) -> &[&[Lanes]] {
+        self.columns
     }
 
     #[inline(always)]
@@ -381,15 +386,8 @@ struct FullRows<'a, const K: usize, const D: usize> {
 #[cfg(target_arch = "x86_64")]
 impl<const K: usize, const D: usize> VectorScores<K> for FullRows<'_, K, D> {
     #[inline(always)]
-    fn vectors(&self) -> usize {
-        self.columns.iter().map(|c| c.len()).min().unwrap_or(0)
-    }
-
-    #[inline(always)]
-    fn ask(&self, v: usize) {
-        for column in self.columns.iter() {
-            density::block::prefetch(column, v);
-        }
+    fn columns(&self) -> &[&[Lanes]] {
+        &self.columns[..]
     }
 
     #[inline(always)]

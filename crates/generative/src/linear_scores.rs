@@ -364,15 +364,8 @@ impl<const K: usize, const MODE: u8> crate::fused_posteriors::VectorScores<K>
     for LinearRows<'_, K, MODE>
 {
     #[inline(always)]
-    fn vectors(&self) -> usize {
-        self.columns.iter().map(|c| c.len()).min().unwrap_or(0)
-    }
-
-    #[inline(always)]
-    fn ask(&self, v: usize) {
-        for column in self.columns.iter() {
-            density::block::prefetch(column, v);
-        }
+    fn columns(&self) -> &[&[crate::fused_posteriors::Lanes]] {
+        self.columns
     }
 
     /// Each column's read of the vector's values and their checks ([`read_lanes`]), and its
