@@ -180,11 +180,7 @@ pub(crate) fn unwritten_posteriors(
                 {
                     return None;
                 }
-                let columns = density::block::contiguous_columns(x, 0..d)?;
-                let columns: Vec<&[Lanes]> = columns
-                    .iter()
-                    .map(|c| <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(c).0)
-                    .collect();
+                let columns = lane_columns(x)?;
                 Some(with_classes!(k, K, {
                     let rows = DiagonalRows::<K> {
                         columns: &columns,
@@ -251,6 +247,19 @@ pub(crate) fn unwritten_posteriors(
         let _ = (formula, out);
         None
     }
+}
+
+/// `x`'s columns as whole vectors of rows (the rows after the last whole vector left out), or
+/// `None` where they are not contiguous.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn lane_columns(x: MatRef<'_, f64>) -> Option<Vec<&[Lanes]>> {
+    let columns = density::block::contiguous_columns(x, 0..x.ncols())?;
+    Some(
+        columns
+            .iter()
+            .map(|c| <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(c).0)
+            .collect(),
+    )
 }
 
 /// The softmax of each vector of `rows`' scores, in registers (the operations of

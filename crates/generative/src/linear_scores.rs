@@ -287,7 +287,7 @@ pub(crate) fn fused_linear_posteriors(
     linear: &LinearScores<'_>,
     out: &mut [&mut [MaybeUninit<f64>]],
 ) -> Option<usize> {
-    use crate::fused_posteriors::{Lanes, posteriors_in_registers, with_classes};
+    use crate::fused_posteriors::{lane_columns, posteriors_in_registers, with_classes};
     let (d, k) = (x.ncols(), out.len());
     if !(1..=FUSED_MAX_FEATURES).contains(&d)
         || linear.weights.len() != k * d
@@ -295,11 +295,7 @@ pub(crate) fn fused_linear_posteriors(
     {
         return None;
     }
-    let columns = density::block::contiguous_columns(x, 0..d)?;
-    let columns: Vec<&[Lanes]> = columns
-        .iter()
-        .map(|c| <pulp::x86::V4 as pulp::Simd>::as_simd_f64s(c).0)
-        .collect();
+    let columns = lane_columns(x)?;
     let (weights, intercepts) = (&linear.weights, &linear.intercepts);
     let threshold = linear.features.threshold();
     Some(with_classes!(k, K, {
