@@ -297,24 +297,38 @@ fn small_classes<S: pulp::Simd, const D: usize>(simd: S, kernel: &mut ClassesKer
             let (dst, _) = S::as_uninit_mut_simd_f64s(&mut out[p0..p1]);
             for (v, o) in dst.iter_mut().enumerate() {
                 let z: [S::f64s; D] = std::array::from_fn(|j| simd.sub_f64s(xs[j][v], mean[j]));
-                // Columns 0 and 1 as `substitute`'s first pair, column 2 alone.
-                let mut norm = zero;
-                let w0 = simd.mul_f64s(z[0], inv[0]);
-                norm = simd.mul_add_f64s(w0, w0, norm);
-                if D >= 2 {
-                    let w1 = simd.mul_f64s(simd.mul_add_f64s(lower[0], w0, z[1]), inv[1]);
-                    norm = simd.mul_add_f64s(w1, w1, norm);
-                    if D == 3 {
-                        let a = simd.mul_add_f64s(lower[1], w0, z[2]);
-                        let w2 = simd.mul_f64s(simd.mul_add_f64s(lower[2], w1, a), inv[2]);
-                        norm = simd.mul_add_f64s(w2, w2, norm);
-                    }
-                }
+                let norm = small_squared_norm::<S, D>(simd, z, &lower, &inv);
                 *o = MaybeUninit::new(simd.mul_add_f64s(scale, norm, offset));
             }
         }
     }
     whole
+}
+
+/// ‖L⁻¹z‖² of a vector of rows' centred values `z` (D ≤ 3 columns) by forward substitution,
+/// as `small_classes` takes it: `lower` −L_10, −L_20, −L_21 (zero past D), `inv` each
+/// 1 / L_jj; columns 0 and 1 as `substitute`'s first pair, column 2 alone, the norm from
+/// zero. Public so that a kernel elsewhere (`generative`'s posteriors straight from the
+/// scores) takes the same operations, and so the same bits.
+#[inline(always)]
+pub fn small_squared_norm<S: pulp::Simd, const D: usize>(
+    simd: S,
+    z: [S::f64s; D],
+    lower: &[S::f64s; 3],
+    inv: &[S::f64s; D],
+) -> S::f64s {
+    let w0 = simd.mul_f64s(z[0], inv[0]);
+    let mut norm = simd.mul_add_f64s(w0, w0, simd.splat_f64s(0.0));
+    if D >= 2 {
+        let w1 = simd.mul_f64s(simd.mul_add_f64s(lower[0], w0, z[1]), inv[1]);
+        norm = simd.mul_add_f64s(w1, w1, norm);
+        if D == 3 {
+            let a = simd.mul_add_f64s(lower[1], w0, z[2]);
+            let w2 = simd.mul_f64s(simd.mul_add_f64s(lower[2], w1, a), inv[2]);
+            norm = simd.mul_add_f64s(w2, w2, norm);
+        }
+    }
+    norm
 }
 
 /// The whitened rows w_i = L⁻¹(x_i − μ) of `x` (n × d, any layout), into `out` as n × d

@@ -379,7 +379,8 @@ impl<const K: usize> VectorScores<K> for DiagonalRows<'_, K> {
 }
 
 /// QDA's log densities (`ScoreFormula::FullGaussian`), D ≤ 3 columns: as
-/// `density::mahalanobis`' `small_classes` forms them, w = L⁻¹(x − μ) by forward substitution
+/// `density::mahalanobis`' `small_classes` forms them (its own
+/// `density::mahalanobis::small_squared_norm`), w = L⁻¹(x − μ) by forward substitution
 /// (w_0 = z_0 / L_00, w_1 = (z_1 − L_10 w_0) / L_11, w_2 = (z_2 − L_20 w_0 − L_21 w_1) / L_22,
 /// each division a multiplication by 1 / L_jj), ‖w‖² from zero, then fma(−½, ‖w‖², log_norm).
 #[cfg(target_arch = "x86_64")]
@@ -413,21 +414,15 @@ impl<const K: usize, const D: usize> VectorScores<K> for FullRows<'_, K, D> {
             for j in 0..D {
                 z[j] = simd.sub_f64s(x[j], simd.splat_f64s(self.means[c][j]));
             }
-            let inv = &self.inverse_diagonal[c];
-            let lower = &self.lower[c];
-            let w0 = simd.mul_f64s(z[0], simd.splat_f64s(inv[0]));
-            let mut norm = simd.mul_add_f64s(w0, w0, zero);
-            if D >= 2 {
-                let w1 = simd.mul_add_f64s(simd.splat_f64s(lower[0]), w0, z[1]);
-                let w1 = simd.mul_f64s(w1, simd.splat_f64s(inv[1]));
-                norm = simd.mul_add_f64s(w1, w1, norm);
-                if D == 3 {
-                    let a = simd.mul_add_f64s(simd.splat_f64s(lower[1]), w0, z[2]);
-                    let w2 = simd.mul_add_f64s(simd.splat_f64s(lower[2]), w1, a);
-                    let w2 = simd.mul_f64s(w2, simd.splat_f64s(inv[2]));
-                    norm = simd.mul_add_f64s(w2, w2, norm);
-                }
+            let mut inv = [zero; D];
+            for j in 0..D {
+                inv[j] = simd.splat_f64s(self.inverse_diagonal[c][j]);
             }
+            let mut lower = [zero; 3];
+            for t in 0..3 {
+                lower[t] = simd.splat_f64s(self.lower[c][t]);
+            }
+            let norm = density::mahalanobis::small_squared_norm::<_, D>(simd, z, &lower, &inv);
             scores[c] = simd.mul_add_f64s(scale, norm, simd.splat_f64s(self.log_norms[c]));
         }
         (scores, true)
