@@ -60,8 +60,8 @@ pub fn gaussian_log_density(
 ///
 /// Why: class by class, every class read the whole chunk again and copied each block's results
 /// out through a call; at d = 2, K = 10, QDA's log joints into a kept output took 9.4 ms
-/// against LDA's 4.9 ms, `perf` putting 36% of the samples in that copy. Up to 3 columns, when
-/// `x`'s and `out`'s columns are contiguous, rows go through registers instead of blocks
+/// against LDA's 4.9 ms, `perf` putting 36% of the samples in that copy. Up to
+/// [`IN_REGISTERS_MAX_COLUMNS`] columns, when `x`'s and `out`'s columns are contiguous, rows go through registers instead of blocks
 /// (`small_classes`), with the same bits.
 #[allow(unsafe_code)]
 pub fn gaussian_log_densities(
@@ -139,13 +139,18 @@ impl BlockedKernel for ClassesKernel<'_> {
         #[allow(unsafe_code)]
         let norms = unsafe { crate::block::as_unwritten(norms) };
         let ahead = ReadAhead::new(self.x, rows);
-        // Up to 3 columns read in place and written in place: every whole vector of rows in
+        // Up to 8 columns read in place and written in place: every whole vector of rows in
         // registers; the rest (and any other layout) by blocks below.
-        const _: () = assert!(IN_REGISTERS_MAX_COLUMNS == 3);
+        const _: () = assert!(IN_REGISTERS_MAX_COLUMNS == 8);
         let mut r0 = match d {
             1 => small_classes::<S, 1>(simd, &mut self),
             2 => small_classes::<S, 2>(simd, &mut self),
             3 => small_classes::<S, 3>(simd, &mut self),
+            4 => small_classes::<S, 4>(simd, &mut self),
+            5 => small_classes::<S, 5>(simd, &mut self),
+            6 => small_classes::<S, 6>(simd, &mut self),
+            7 => small_classes::<S, 7>(simd, &mut self),
+            8 => small_classes::<S, 8>(simd, &mut self),
             _ => 0,
         };
         // Whole blocks of contiguous columns are read where they are: each class centres a
@@ -228,26 +233,43 @@ impl BlockedKernel for ClassesKernel<'_> {
 }
 
 /// Most columns that [`gaussian_log_densities`] takes with every vector of rows in registers
-/// (`small_classes`); more go by blocks of rows.
-pub const IN_REGISTERS_MAX_COLUMNS: usize = 3;
+/// (`small_classes`); more go by blocks of rows. 3 until the ninety-ninth round; from 4 to 8
+/// the blocks kept each finished vector of the substitution in a buffer and read it back for
+/// every later column. Zen 4 EPYC, `profile qda-joint-into`, one thread, 131,072 rows in L3,
+/// p10 of 42 alternated runs (blocks → registers): d = 4, K = 10 1.53 → 1.04 ms; d = 5, K = 10
+/// 1.84 → 1.30 ms; d = 8, K = 10 3.20 → 2.67 ms; `qda-predict 8 2` 1.14 → 0.67 ms. Past 8,
+/// not tried here: the fused posteriors' kernel with these operations was several times as
+/// slow at 12 and 16 columns, its arrays no longer in registers.
+pub const IN_REGISTERS_MAX_COLUMNS: usize = 8;
 
-/// Rows per pass of [`small_classes`] with [`ABREAST_MIN_CLASSES`] classes or more: two
+/// The strict lower triangle of [`IN_REGISTERS_MAX_COLUMNS`] columns.
+pub const IN_REGISTERS_MAX_STRICT: usize =
+    IN_REGISTERS_MAX_COLUMNS * (IN_REGISTERS_MAX_COLUMNS - 1) / 2;
+
+/// Rows per pass of [`small_classes`] with [`ABREAST_MIN_CLASSES`] classes or more and up to 3
+/// columns: two
 /// vectors of rows (AVX-512), so that the K class columns are written nearly abreast rather than
 /// 4 KB of one class after another. Into a fresh output that is not zeroed first (the
 /// seventy-fourth round), on the Zen 5 EPYC (`profile qda-predict`, medians of 21, pairs
 /// against passes of 512 rows): d = 2, K = 10 0.0044–0.0050 → 0.0041–0.0050 s; K = 5 even.
 const ABREAST_PASS_ROWS: usize = 16;
 
-/// Rows per pass of [`small_classes`] with fewer classes: each pass's columns (at most 3 × 4 KB)
-/// stay in L1 while every class reads them, and each class's constants are set up once per
-/// pass. With two classes, passes of 16 rows were slower (`profile qda-predict-into 2 2`
-/// 0.0011–0.0012 s against 0.0011–0.0016 s).
+/// Rows per pass of [`small_classes`] with fewer classes, or more than 3 columns: each pass's
+/// columns (at most 8 × 4 KB) stay in L1 while every class reads them, and each class's
+/// constants are set up once per pass. With two classes, passes of 16 rows were slower
+/// (`profile qda-predict-into 2 2` 0.0011–0.0012 s against 0.0011–0.0016 s); at 8 columns and
+/// 10 classes, whose constants (the means, the strict lower triangle and the inverse diagonal)
+/// are 44 values a class, so were passes of 16 rows (`profile qda-joint-into 8 10`, one thread,
+/// p10 of 42 alternated runs, 3.35 ms by blocks → 4.46 ms; with passes of 512 rows 2.67 ms).
 const SMALL_PASS_ROWS: usize = 512;
 
 /// Fewest classes for which [`small_classes`] takes passes of [`ABREAST_PASS_ROWS`].
 const ABREAST_MIN_CLASSES: usize = 6;
 
-/// [`ClassesKernel`] for `D` ≤ 3 columns, when `x`'s columns and `out`'s are contiguous: each
+/// Most columns for which [`small_classes`] takes passes of [`ABREAST_PASS_ROWS`].
+const ABREAST_MAX_COLUMNS: usize = 3;
+
+/// [`ClassesKernel`] for `D` ≤ [`IN_REGISTERS_MAX_COLUMNS`] columns, when `x`'s columns and `out`'s are contiguous: each
 /// vector of rows is loaded from `x`, centred, substituted and normalised in registers and
 /// stored into its class's column, class after class over a pass of rows. Returns how many rows
 /// it did (every whole vector of rows, or none when the layout does not allow it); the caller
@@ -276,7 +298,7 @@ fn small_classes<S: pulp::Simd, const D: usize>(simd: S, kernel: &mut ClassesKer
     let strict = D * (D - 1) / 2;
     let scale = simd.splat_f64s(-0.5);
     let zero = simd.splat_f64s(0.0);
-    let pass_rows = match k >= ABREAST_MIN_CLASSES {
+    let pass_rows = match k >= ABREAST_MIN_CLASSES && D <= ABREAST_MAX_COLUMNS {
         true => ABREAST_PASS_ROWS,
         false => SMALL_PASS_ROWS,
     };
@@ -287,17 +309,18 @@ fn small_classes<S: pulp::Simd, const D: usize>(simd: S, kernel: &mut ClassesKer
             let mean: [S::f64s; D] =
                 std::array::from_fn(|j| simd.splat_f64s(kernel.means[c * D + j]));
             // −L_jt for t < j, row j of the strict lower triangle at j(j − 1)/2, as packed.
-            let lower: [S::f64s; 3] = std::array::from_fn(|t| match t < strict {
-                true => simd.splat_f64s(-kernel.packed[c * strict + t]),
-                false => zero,
-            });
+            let lower: [S::f64s; IN_REGISTERS_MAX_STRICT] =
+                std::array::from_fn(|t| match t < strict {
+                    true => simd.splat_f64s(-kernel.packed[c * strict + t]),
+                    false => zero,
+                });
             let inv: [S::f64s; D] =
                 std::array::from_fn(|j| simd.splat_f64s(kernel.inv_diag[c * D + j]));
             let offset = simd.splat_f64s(kernel.log_norms[c]);
             let (dst, _) = S::as_uninit_mut_simd_f64s(&mut out[p0..p1]);
             for (v, o) in dst.iter_mut().enumerate() {
                 let z: [S::f64s; D] = std::array::from_fn(|j| simd.sub_f64s(xs[j][v], mean[j]));
-                let norm = small_squared_norm::<S, D>(simd, z, &lower, &inv);
+                let norm = small_squared_norm::<S, D>(simd, z, &lower[..], &inv);
                 *o = MaybeUninit::new(simd.mul_add_f64s(scale, norm, offset));
             }
         }
@@ -305,28 +328,31 @@ fn small_classes<S: pulp::Simd, const D: usize>(simd: S, kernel: &mut ClassesKer
     whole
 }
 
-/// ‖L⁻¹z‖² of a vector of rows' centred values `z` (D ≤ 3 columns) by forward substitution,
-/// as `small_classes` takes it: `lower` −L_10, −L_20, −L_21 (zero past D), `inv` each
-/// 1 / L_jj; columns 0 and 1 as `substitute`'s first pair, column 2 alone, the norm from
-/// zero. Public so that a kernel elsewhere (`generative`'s posteriors straight from the
-/// scores) takes the same operations, and so the same bits.
+/// ‖L⁻¹z‖² of a vector of rows' centred values `z` (D columns) by forward substitution, as
+/// `small_classes` and `substitute` take it for each lane: `lower` the strict lower triangle
+/// negated and packed row by row (−L_jt at j(j − 1)/2 + t for t < j; at least D(D − 1)/2
+/// values), `inv` each 1 / L_jj; w_j = (z_j − L_j0 w_0 − … − L_j,j−1 w_j−1) · (1 / L_jj), each
+/// subtraction one fused multiply-add in order of t, and the norm Σ w_j² from zero in order of
+/// j. Public so that a kernel elsewhere (`generative`'s posteriors straight from the scores)
+/// takes the same operations, and so the same bits.
 #[inline(always)]
 pub fn small_squared_norm<S: pulp::Simd, const D: usize>(
     simd: S,
     z: [S::f64s; D],
-    lower: &[S::f64s; 3],
+    lower: &[S::f64s],
     inv: &[S::f64s; D],
 ) -> S::f64s {
-    let w0 = simd.mul_f64s(z[0], inv[0]);
-    let mut norm = simd.mul_add_f64s(w0, w0, simd.splat_f64s(0.0));
-    if D >= 2 {
-        let w1 = simd.mul_f64s(simd.mul_add_f64s(lower[0], w0, z[1]), inv[1]);
-        norm = simd.mul_add_f64s(w1, w1, norm);
-        if D == 3 {
-            let a = simd.mul_add_f64s(lower[1], w0, z[2]);
-            let w2 = simd.mul_f64s(simd.mul_add_f64s(lower[2], w1, a), inv[2]);
-            norm = simd.mul_add_f64s(w2, w2, norm);
+    let zero = simd.splat_f64s(0.0);
+    let mut w = [zero; D];
+    let mut norm = zero;
+    for j in 0..D {
+        let row = j * j.saturating_sub(1) / 2;
+        let mut a = z[j];
+        for t in 0..j {
+            a = simd.mul_add_f64s(lower[row + t], w[t], a);
         }
+        w[j] = simd.mul_f64s(a, inv[j]);
+        norm = simd.mul_add_f64s(w[j], w[j], norm);
     }
     norm
 }
@@ -401,7 +427,8 @@ fn pack_factor(l: MatRef<'_, f64>, packed: &mut Vec<f64>, inv_diag: &mut Vec<f64
 }
 
 /// Fewest columns for which [`gaussian_log_densities`] asks for its blocks itself: every width
-/// its blocks take (fewer go through registers, `small_classes`). Asked for in shares, blocks
+/// its blocks take whole (fewer go through registers, `small_classes`; from 4 to 8 columns the
+/// blocks asked for themselves until the ninety-ninth round, measured below). Asked for in shares, blocks
 /// of 8 columns or fewer gained nothing; asked for by columns, `profile qda-predict`,
 /// `PROFILE_COLD=cs`, medians of 21, 3 alternated pairs (from 9 columns → from 4): d = 4, K = 2
 /// 2.05–2.33 → 1.92–2.05 ms; d = 6, K = 2 2.22–2.76 → 2.13–2.19 ms; d = 8, K = 2 2.66–2.82 →
@@ -811,9 +838,9 @@ mod tests {
     /// layout of the rows, and outputs whose columns are contiguous, row-major or reversed.
     #[test]
     fn several_classes_have_the_bits_of_each_class_alone() {
-        for (seed, &d) in [1usize, 2, 3, 5, 16, 17].iter().enumerate() {
+        for (seed, &d) in [1usize, 2, 3, 4, 5, 8, 9, 16, 17].iter().enumerate() {
             for &n in &[0usize, 1, 15, 64, 65, 130] {
-                for k in [1usize, 3] {
+                for k in [1usize, 3, 6] {
                     let mut means = Vec::new();
                     let mut factors = Vec::new();
                     let mut log_norms = Vec::new();

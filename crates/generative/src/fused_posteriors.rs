@@ -37,8 +37,18 @@ pub(crate) const FUSED_MAX_CLASSES: usize = MAX_STREAMED_CLASSES;
 pub(crate) const FUSED_DIAGONAL_MAX_FEATURES: usize = 16;
 
 /// Most features of the full formula (QDA) [`unwritten_posteriors`] takes: those whose
-/// substitution `density::mahalanobis` does in registers.
+/// substitution `density::mahalanobis` does in registers (`small_squared_norm`). 3 until the
+/// ninety-ninth round; against the log joints then the softmax (Zen 4 EPYC, `profile
+/// qda-predict`, p10 of alternated runs): one thread, 131,072 rows in L3 (84 runs), d = 4,
+/// K = 10 2.14 → 1.64 ms, d = 8, K = 10 3.68 → 3.16 ms, d = 6, K = 3 0.90 → 0.80 ms; n = 1e6
+/// on two threads from memory (`PROFILE_COLD=cs`, 33 runs), d = 4, K = 10 10.4 → 7.2 ms, d = 8,
+/// K = 10 15.1 → 12.7 ms. At 12 and 16 features the kernel was 7 times as slow (its arrays
+/// spilled from the registers).
 pub(crate) const FUSED_FULL_MAX_FEATURES: usize = density::mahalanobis::IN_REGISTERS_MAX_COLUMNS;
+
+/// The strict lower triangle of [`FUSED_FULL_MAX_FEATURES`] columns.
+#[cfg(target_arch = "x86_64")]
+const FUSED_FULL_MAX_STRICT: usize = density::mahalanobis::IN_REGISTERS_MAX_STRICT;
 
 /// One vector of f64 lanes of AVX-512.
 #[cfg(target_arch = "x86_64")]
@@ -119,8 +129,8 @@ macro_rules! with_classes {
 }
 pub(crate) use with_classes;
 
-/// Runs `$body` with `$W` a constant equal to `$w` (1 to 3; larger values take 3, so the
-/// caller checks the range first).
+/// Runs `$body` with `$W` a constant equal to `$w` (1 to [`FUSED_FULL_MAX_FEATURES`]; larger
+/// values take the largest, so the caller checks the range first).
 macro_rules! with_width {
     ($w:expr, $W:ident, $body:expr) => {
         match $w {
@@ -132,8 +142,28 @@ macro_rules! with_width {
                 const $W: usize = 2;
                 $body
             }
-            _ => {
+            3 => {
                 const $W: usize = 3;
+                $body
+            }
+            4 => {
+                const $W: usize = 4;
+                $body
+            }
+            5 => {
+                const $W: usize = 5;
+                $body
+            }
+            6 => {
+                const $W: usize = 6;
+                $body
+            }
+            7 => {
+                const $W: usize = 7;
+                $body
+            }
+            _ => {
+                const $W: usize = FUSED_FULL_MAX_FEATURES;
                 $body
             }
         }
@@ -223,13 +253,16 @@ pub(crate) fn unwritten_posteriors(
                             means: std::array::from_fn(|c| {
                                 std::array::from_fn(|q| means[c * d + q])
                             }),
-                            // −L_10, −L_20, −L_21: the strict lower triangle row by row, as
+                            // −L_jt for t < j: the strict lower triangle row by row, as
                             // `density::mahalanobis` packs it, negated as its kernel takes it.
                             lower: std::array::from_fn(|c| {
-                                [(1, 0), (2, 0), (2, 1)].map(|(j, t)| match j < D {
-                                    true => -l(c, j, t),
-                                    false => 0.0,
-                                })
+                                let mut lower = [0.0; FUSED_FULL_MAX_STRICT];
+                                for j in 0..D {
+                                    for t in 0..j {
+                                        lower[j * (j - 1) / 2 + t] = -l(c, j, t);
+                                    }
+                                }
+                                lower
                             }),
                             inverse_diagonal: std::array::from_fn(|c| {
                                 std::array::from_fn(|j| 1.0 / l(c, j, j))
@@ -378,17 +411,18 @@ impl<const K: usize> VectorScores<K> for DiagonalRows<'_, K> {
     }
 }
 
-/// QDA's log densities (`ScoreFormula::FullGaussian`), D ≤ 3 columns: as
-/// `density::mahalanobis`' `small_classes` forms them (its own
+/// QDA's log densities (`ScoreFormula::FullGaussian`), D ≤ [`FUSED_FULL_MAX_FEATURES`]
+/// columns: as `density::mahalanobis`' kernels form them (its own
 /// `density::mahalanobis::small_squared_norm`), w = L⁻¹(x − μ) by forward substitution
-/// (w_0 = z_0 / L_00, w_1 = (z_1 − L_10 w_0) / L_11, w_2 = (z_2 − L_20 w_0 − L_21 w_1) / L_22,
-/// each division a multiplication by 1 / L_jj), ‖w‖² from zero, then fma(−½, ‖w‖², log_norm).
+/// (w_j = (z_j − L_j0 w_0 − … − L_j,j−1 w_j−1) / L_jj, each subtraction a fused multiply-add
+/// and each division a multiplication by 1 / L_jj), ‖w‖² from zero, then
+/// fma(−½, ‖w‖², log_norm).
 #[cfg(target_arch = "x86_64")]
 struct FullRows<'a, const K: usize, const D: usize> {
     columns: [&'a [Lanes]; D],
     means: [[f64; D]; K],
-    /// −L_10, −L_20, −L_21 (zero past D).
-    lower: [[f64; 3]; K],
+    /// −L_jt for t < j at j(j − 1)/2 + t (zero past D).
+    lower: [[f64; FUSED_FULL_MAX_STRICT]; K],
     inverse_diagonal: [[f64; D]; K],
     log_norms: [f64; K],
 }
@@ -418,8 +452,8 @@ impl<const K: usize, const D: usize> VectorScores<K> for FullRows<'_, K, D> {
             for j in 0..D {
                 inv[j] = simd.splat_f64s(self.inverse_diagonal[c][j]);
             }
-            let mut lower = [zero; 3];
-            for t in 0..3 {
+            let mut lower = [zero; FUSED_FULL_MAX_STRICT];
+            for t in 0..D * D.saturating_sub(1) / 2 {
                 lower[t] = simd.splat_f64s(self.lower[c][t]);
             }
             let norm = density::mahalanobis::small_squared_norm::<_, D>(simd, z, &lower, &inv);
