@@ -265,7 +265,7 @@ pub trait GenerativeClassifier: Send + Sync {
     /// whose scores are one of [`ScoreFormula`]'s, exactly as that method writes them when its
     /// kernel takes the chunk: LDA's discriminant, Bernoulli and multinomial naive Bayes' log
     /// joints (linear), Gaussian naive Bayes' (diagonal), QDA's (full; written unzeroed up to
-    /// 3 features). A prediction into a fresh output then
+    /// 8 features). A prediction into a fresh output then
     /// has the crate's kernel write the scores without zeroing the output first
     /// ([`score_formula`](crate::score_formula)). `None` by default.
     #[doc(hidden)]
