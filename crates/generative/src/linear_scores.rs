@@ -275,7 +275,7 @@ fn read_lanes<S: pulp::Simd, const MODE: u8>(
 }
 
 /// [`crate::fused_posteriors::unwritten_posteriors`] for linear scores: rows of at most
-/// [`FUSED_MAX_FEATURES`] features, 3 to [`MAX_STREAMED_CLASSES`] classes (the caller checks
+/// [`FUSED_MAX_FEATURES`] features, 2 to [`MAX_STREAMED_CLASSES`] classes (the caller checks
 /// the classes and the output's shape). Each vector of rows is read as `linear`'s features say
 /// (a value they do not accept stops the kernel there) and its scores formed by the fused
 /// multiply-adds of [`linear_scores`], in its order. `None` where the kernel does not take the
@@ -774,7 +774,7 @@ mod tests {
     }
 
     /// Posteriors straight from the scores (`ScoreFormula::write_unwritten_posteriors`): every
-    /// mode, one to four columns, three to ten classes, with and without a bad value (rejected by
+    /// mode, one to sixteen columns, two to ten classes, with and without a bad value (rejected by
     /// the mode, or ±∞/NaN) in the first vector, a later one or the tail, and scores far apart
     /// (exponentials that underflow) or tied. The rows before the returned one have the bits of
     /// the scores then `normalize_chunk`; the returned one is the first row of the first vector
@@ -793,7 +793,7 @@ mod tests {
         ];
         for features in modes {
             for d in 1..=FUSED_MAX_FEATURES {
-                for k in [3, 4, 7, MAX_STREAMED_CLASSES] {
+                for k in [2, 3, 4, 7, MAX_STREAMED_CLASSES] {
                     for (n, bad) in [
                         (0, None),
                         (5, None),
