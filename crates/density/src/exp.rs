@@ -715,34 +715,69 @@ fn two_class_vectors<S: VectorExp, const U: usize>(
             return start + t * S::F64_LANES;
         }
         for u in 0..U {
-            // Finite values: the maximum and minimum are exact in any order.
-            let m = simd.max_f64s(a[u], b[u]);
-            let e = simd.exp_f64s::<false>(simd.sub_f64s(simd.min_f64s(a[u], b[u]), m));
-            let s = simd.add_f64s(one, e);
+            let (m, e) = two_class_exp(simd, a[u], b[u]);
             shift[t + u] = m;
-            sums[t + u] = s;
+            sums[t + u] = simd.add_f64s(one, e);
             if !write {
                 continue;
             }
-            let f = simd.div_f64s(one, s);
-            let small = simd.mul_f64s(e, f);
-            let below = simd.less_than_f64s(a[u], b[u]);
+            let [p, q] = two_class_split(simd, a[u], b[u], e);
             if let &[o0, o1] = outs {
                 let at = (t + u) * S::F64_LANES;
                 // SAFETY: vector t + u of the rows is inside each `dst` column's `rows.len()`
                 // entries (t + u < vectors).
                 unsafe {
-                    simd.put_f64s(o0.add(at), simd.select_f64s(below, small, f), stream);
-                    simd.put_f64s(o1.add(at), simd.select_f64s(below, f, small), stream);
+                    simd.put_f64s(o0.add(at), p, stream);
+                    simd.put_f64s(o1.add(at), q, stream);
                 }
             } else {
-                first[t + u] = simd.select_f64s(below, small, f);
-                second[t + u] = simd.select_f64s(below, f, small);
+                first[t + u] = p;
+                second[t + u] = q;
             }
         }
         t += U;
     }
     start + whole * S::F64_LANES
+}
+
+/// The first step of the two-class softmax on a vector of rows with finite scores a and b:
+/// m, the larger, and e = exp(smaller − m). Finite values: the maximum and minimum are exact in
+/// either order.
+#[inline(always)]
+fn two_class_exp<S: VectorExp>(simd: S, a: S::f64s, b: S::f64s) -> (S::f64s, S::f64s) {
+    let m = simd.max_f64s(a, b);
+    (
+        m,
+        simd.exp_f64s::<false>(simd.sub_f64s(simd.min_f64s(a, b), m)),
+    )
+}
+
+/// The second step: with f = 1 / (1 + e), the larger score's posterior is f and the smaller's
+/// e · f; returned in a's and b's order.
+#[inline(always)]
+fn two_class_split<S: VectorExp>(simd: S, a: S::f64s, b: S::f64s, e: S::f64s) -> [S::f64s; 2] {
+    let one = simd.splat_f64s(1.0);
+    let f = simd.div_f64s(one, simd.add_f64s(one, e));
+    let small = simd.mul_f64s(e, f);
+    let below = simd.less_than_f64s(a, b);
+    [
+        simd.select_f64s(below, small, f),
+        simd.select_f64s(below, f, small),
+    ]
+}
+
+/// [`softmax_rows`]' two-class posteriors of one vector of AVX-512 lanes, each row's two scores
+/// finite (the caller checks): the same arithmetic, so the same bits, for a kernel elsewhere
+/// that takes its own softmax in registers (`generative`'s posteriors straight from the scores).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn two_class_posteriors_v4(
+    simd: pulp::x86::V4,
+    a: <pulp::x86::V4 as pulp::Simd>::f64s,
+    b: <pulp::x86::V4 as pulp::Simd>::f64s,
+) -> [<pulp::x86::V4 as pulp::Simd>::f64s; 2] {
+    let (_, e) = two_class_exp(simd, a, b);
+    two_class_split(simd, a, b, e)
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -353,22 +353,16 @@ fn softmax_body<const K: usize, R: VectorScores<K>>(
         rows.ask(v + VECTORS_AHEAD);
         let (mut scores, accepted) = rows.scores(simd, v);
         if K == 2 {
-            // The two-class softmax's arithmetic (`density::exp`'s `two_class_vectors`): both
-            // scores finite, then with m the larger and e = exp(smaller − m), 1 / (1 + e) for
-            // the larger and e times that for the smaller.
+            // The two-class softmax's own arithmetic, which wants both scores finite.
             let (a, b) = (scores[0], scores[1]);
             let finite_a = simd.less_than_f64s(simd.abs_f64s(a), infinity).0 == u8::MAX;
             let finite_b = simd.less_than_f64s(simd.abs_f64s(b), infinity).0 == u8::MAX;
             if !(accepted && finite_a && finite_b) {
                 return v * 8;
             }
-            let m = simd.max_f64s(a, b);
-            let e = density::exp::exp_nonpositive_v4(simd, simd.sub_f64s(simd.min_f64s(a, b), m));
-            let f = simd.div_f64s(one, simd.add_f64s(one, e));
-            let small = simd.mul_f64s(e, f);
-            let below = simd.less_than_f64s(a, b);
-            dst[0][v] = MaybeUninit::new(simd.select_f64s(below, small, f));
-            dst[K - 1][v] = MaybeUninit::new(simd.select_f64s(below, f, small));
+            let [p, q] = density::exp::two_class_posteriors_v4(simd, a, b);
+            dst[0][v] = MaybeUninit::new(p);
+            dst[K - 1][v] = MaybeUninit::new(q);
             continue;
         }
         // `softmax_vectors`' check of the finite scores: the maximum (which passes over a NaN)
