@@ -260,6 +260,28 @@ pub fn prefetch_share<C: AsRef<[f64]>>(
     part: usize,
     parts: usize,
 ) {
+    prefetch_share_with::<false, C>(columns, rows, (part, parts));
+}
+
+/// As [`prefetch_share`], into L2 only ([`prefetch_to_l2`]): for a pass that works from L1
+/// meanwhile.
+#[inline(always)]
+pub fn prefetch_share_to_l2<C: AsRef<[f64]>>(
+    columns: &[C],
+    rows: std::ops::Range<usize>,
+    part: usize,
+    parts: usize,
+) {
+    prefetch_share_with::<true, C>(columns, rows, (part, parts));
+}
+
+/// [`prefetch_share`], into L2 only with `TO_L2`.
+#[inline(always)]
+fn prefetch_share_with<const TO_L2: bool, C: AsRef<[f64]>>(
+    columns: &[C],
+    rows: std::ops::Range<usize>,
+    (part, parts): (usize, usize),
+) {
     let per_column = rows.len().div_ceil(8);
     if per_column == 0 || parts == 0 {
         return;
@@ -269,7 +291,11 @@ pub fn prefetch_share<C: AsRef<[f64]>>(
     // Column q, line t of it; stepped rather than divided out for each line.
     let (mut q, mut t) = (start / per_column, start % per_column);
     for _ in start..end {
-        prefetch(columns[q].as_ref(), rows.start + 8 * t);
+        if TO_L2 {
+            prefetch_to_l2(columns[q].as_ref(), rows.start + 8 * t);
+        } else {
+            prefetch(columns[q].as_ref(), rows.start + 8 * t);
+        }
         t += 1;
         if t == per_column {
             (q, t) = (q + 1, 0);

@@ -811,6 +811,121 @@ impl RowBlock {
         false
     }
 
+    /// The pooled within-group scatter and the group means of the rows of `x` in one pass, each
+    /// row less its group's shift: the shift s_g is the mean of group g's first
+    /// [`SHIFT_ROWS`] rows (fewer if it has fewer), e_t = x_t − s_g is centred a pass of rows at
+    /// a time into a buffer in L1, added to its group's sums Σe and taken by the tiles into
+    /// Σ e eᵀ; then m_g = s_g + Σe / c_g and S = Σ e eᵀ − Σ_g (Σe)(Σe / c_g)ᵀ. Writes the means
+    /// (k × d, row-major, zero for an empty group) and S (d × d column-major, both triangles).
+    /// `counts` are the groups' rows.
+    ///
+    /// Returns false, with the outputs to be ignored, where the shifts cost more than about a
+    /// bit and a half: for some column the correction Σ_g c_g (m_g − s_g)² passes 3 × its
+    /// scatter (or either is not finite), and where the kernel is missing (no AVX-512, columns
+    /// that are not contiguous, more than [`SHIFTED_MAX_GROUPS`] groups). The caller then
+    /// takes the two centred passes ([`RowBlock::load_centred_by_group`] and
+    /// [`RowBlock::centred_scatter`]).
+    ///
+    /// Why: the two passes read the chunk from memory for the sums, then centre it into a
+    /// block once the means are known, then run the tiles over the block: three passes that
+    /// follow each other, the first at one core's read rate with nothing else to do. Here the
+    /// rows go from memory through L1 into the tiles once.
+    pub fn shifted_pooled_scatter(
+        &mut self,
+        x: MatRef<'_, f64>,
+        groups: &[usize],
+        counts: &[usize],
+        means: &mut [f64],
+        scatter: &mut [f64],
+        scratch: &mut Vec<f64>,
+    ) -> bool {
+        let (n, d, k) = (x.nrows().min(groups.len()), x.ncols(), counts.len());
+        debug_assert_eq!(means.len(), k * d);
+        debug_assert_eq!(scatter.len(), d * d);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V4::try_new()
+            && (1..=SHIFTED_MAX_GROUPS).contains(&k)
+            && let Some(columns) = crate::block::contiguous_columns(x, 0..d)
+        {
+            let groups = &groups[..n];
+            narrow_groups(groups, k, &mut self.narrow_groups);
+            // Each group's shift, column-major (column j's k shifts together).
+            let mut shifts = vec![0.0; d * k];
+            let mut taken = [0usize; SHIFTED_MAX_GROUPS];
+            let mut left = k;
+            for (t, &g) in groups.iter().enumerate() {
+                if g < k && taken[g] < SHIFT_ROWS {
+                    for (j, col) in columns.iter().enumerate() {
+                        shifts[j * k + g] += col[t];
+                    }
+                    taken[g] += 1;
+                    if taken[g] == SHIFT_ROWS {
+                        left -= 1;
+                        if left == 0 {
+                            break;
+                        }
+                    }
+                }
+            }
+            for j in 0..d {
+                for g in 0..k {
+                    if taken[g] > 0 {
+                        shifts[j * k + g] /= taken[g] as f64;
+                    }
+                }
+            }
+            // Σe of each group, row-major (k × d).
+            let mut sums = vec![0.0; k * d];
+            let args = ShiftedScatter {
+                columns: &columns,
+                groups,
+                ids: &self.narrow_groups,
+                shifts: &shifts,
+                sums: &mut sums,
+                scatter,
+                scratch,
+            };
+            match k {
+                1 => simd.vectorize(
+                    #[inline(always)]
+                    move || shifted_tiles_v4::<1>(simd, args),
+                ),
+                _ => simd.vectorize(
+                    #[inline(always)]
+                    move || shifted_tiles_v4::<2>(simd, args),
+                ),
+            }
+            // S −= Σ_g (Σe_g)(Σe_g / c_g)ᵀ, and each column's correction against its scatter.
+            for j in 0..d {
+                for l in 0..=j {
+                    let mut correction = 0.0;
+                    for (g, &c) in counts.iter().enumerate() {
+                        if c > 0 {
+                            correction += sums[g * d + j] * (sums[g * d + l] / c as f64);
+                        }
+                    }
+                    let s = scatter[l * d + j] - correction;
+                    if l == j && !(correction.is_finite() && correction <= 3.0 * s) {
+                        return false;
+                    }
+                    scatter[l * d + j] = s;
+                    scatter[j * d + l] = s;
+                }
+            }
+            for (g, &c) in counts.iter().enumerate() {
+                for j in 0..d {
+                    means[g * d + j] = match c {
+                        0 => 0.0,
+                        c => shifts[j * k + g] + sums[g * d + j] / c as f64,
+                    };
+                }
+            }
+            return true;
+        }
+        let _ = (n, d, k, groups, counts, means, scatter, scratch);
+        false
+    }
+
     /// Σ_t y_t y_tᵀ of the block's rows as laid out (d × d column-major, both triangles), each of
     /// weight one: after [`RowBlock::load_centred_by_group`], the pooled within-group scatter.
     pub fn centred_scatter(&mut self, scatter: &mut [f64], scratch: &mut Vec<f64>) {
@@ -1039,6 +1154,170 @@ impl pulp::WithSimd for CentredScatter<'_> {
         unit_tiles(simd, y, stride, d, ones, scatter);
     }
 }
+
+/// Most groups [`RowBlock::shifted_pooled_scatter`] takes: each vector of rows is added to
+/// each group's sums under a mask.
+pub const SHIFTED_MAX_GROUPS: usize = 2;
+
+/// Rows of a group whose mean is its shift in [`RowBlock::shifted_pooled_scatter`]: the shift is
+/// then within about σ / √8 of the group's mean, so the correction is about an eighth of the
+/// scatter.
+const SHIFT_ROWS: usize = 8;
+
+/// [`RowBlock::shifted_pooled_scatter`]'s arguments.
+#[cfg(target_arch = "x86_64")]
+struct ShiftedScatter<'a> {
+    columns: &'a [&'a [f64]],
+    groups: &'a [usize],
+    ids: &'a [u8],
+    /// Column-major: column j's shifts at `j · k..`.
+    shifts: &'a [f64],
+    /// Row-major (k × d), zeros on entry.
+    sums: &'a mut [f64],
+    scatter: &'a mut [f64],
+    scratch: &'a mut Vec<f64>,
+}
+
+/// [`RowBlock::shifted_pooled_scatter`]'s pass with AVX-512, for `K` groups.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn shifted_tiles_v4<const K: usize>(simd: pulp::x86::V4, args: ShiftedScatter<'_>) {
+    use pulp::Simd;
+    const TK: usize = 4;
+    let ShiftedScatter {
+        columns,
+        groups,
+        ids,
+        shifts,
+        sums,
+        scatter,
+        scratch,
+    } = args;
+    let (d, n, lanes) = (columns.len(), groups.len(), 8);
+    let cols = d.div_ceil(TILE_J) * TILE_J;
+    let zero = simd.splat_f64s(0.0);
+    let tile_list: Vec<(usize, usize)> = (0..cols)
+        .step_by(TILE_J)
+        .flat_map(|j0| (0..j0 + TILE_J).step_by(TK).map(move |k0| (j0, k0)))
+        .collect();
+    let mut saved: Vec<[[pulp::f64x8; TK]; TILE_J]> = vec![[[zero; TK]; TILE_J]; tile_list.len()];
+    // Each column's K vector sums, then the rows after the last whole vector one at a time.
+    let mut vector_sums: Vec<[pulp::f64x8; K]> = vec![[zero; K]; d];
+    let pass = SHIFTED_PASS_ROWS / lanes;
+    let pass_rows = pass * lanes;
+    let buffer = crate::block::aligned_prefix(scratch, cols * pass_rows);
+    buffer.fill(0.0);
+    let vectors = n.div_ceil(lanes);
+    for v0 in (0..vectors).step_by(pass) {
+        let v1 = (v0 + pass).min(vectors);
+        let (r0, len) = (v0 * lanes, v1 - v0);
+        let valid = n.min(v1 * lanes) - r0;
+        for (j, col) in columns.iter().enumerate() {
+            let out = &mut buffer[j * pass_rows..(j + 1) * pass_rows];
+            let column_shifts = &shifts[j * K..(j + 1) * K];
+            let whole = centre_and_sum_v4::<K>(
+                simd,
+                &col[r0..r0 + valid],
+                &ids[r0..r0 + valid],
+                column_shifts,
+                &mut out[..valid],
+                &mut vector_sums[j],
+            );
+            for t in whole..valid {
+                let g = groups[r0 + t];
+                let e = match column_shifts.get(g) {
+                    Some(s) => col[r0 + t] - s,
+                    None => 0.0,
+                };
+                out[t] = e;
+                if g < K {
+                    sums[g * d + j] += e;
+                }
+            }
+            out[valid..len * lanes].fill(0.0);
+        }
+        let base = pulp::x86::V4::as_simd_f64s(&buffer[..]).0;
+        // The next pass's rows, asked for into L2 a share before each tile.
+        let ahead = (r0 + pass_rows).min(n)..(r0 + 2 * pass_rows).min(n);
+        let parts = tile_list.len();
+        for (t, (&(j0, k0), acc)) in tile_list.iter().zip(saved.iter_mut()).enumerate() {
+            crate::block::prefetch_share_to_l2(columns, ahead.clone(), t, parts);
+            let (a, b) = (&base[j0 * pass..], &base[k0 * pass..]);
+            match k0.checked_sub(j0) {
+                Some(0) => tile_products::<_, TK, 0, true>(simd, a, b, pass, len, acc),
+                Some(2) => tile_products::<_, TK, 2, true>(simd, a, b, pass, len, acc),
+                _ => tile_products::<_, TK, FULL_TILE, false>(simd, a, b, pass, len, acc),
+            }
+        }
+    }
+    for (j, column) in vector_sums.iter().enumerate() {
+        for (g, &v) in column.iter().enumerate() {
+            // The rows after the last whole vector (summed in order), then the vector lanes.
+            sums[g * d + j] += simd.reduce_sum_f64s(v);
+        }
+    }
+    for (&(j0, k0), acc) in tile_list.iter().zip(&saved) {
+        for (i, row) in acc.iter().enumerate() {
+            for (kk, &v) in row.iter().enumerate() {
+                let (j, k) = (j0 + i, k0 + kk);
+                if j < d && k <= j {
+                    let s = simd.reduce_sum_f64s(v);
+                    scatter[k * d + j] = s;
+                    scatter[j * d + k] = s;
+                }
+            }
+        }
+    }
+}
+
+/// Each whole vector of rows of `col` less its group's shift (`ids`: each row's group as a
+/// byte, `u8::MAX` past the K shifts, whose rows become zero) into `out`, and added to its
+/// group's vector sums; returns how many rows it took.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn centre_and_sum_v4<const K: usize>(
+    simd: pulp::x86::V4,
+    col: &[f64],
+    ids: &[u8],
+    shifts: &[f64],
+    out: &mut [f64],
+    sums: &mut [pulp::f64x8; K],
+) -> usize {
+    use std::arch::x86_64::{__m128i, __m512d, __m512i};
+    let f = simd.avx512f;
+    let mut table = [0.0f64; 8];
+    table[..K].copy_from_slice(&shifts[..K]);
+    let table: __m512d = pulp::cast(table);
+    let limit: __m512i = pulp::cast([K as u64; 8]);
+    let ks: [__m512i; K] = std::array::from_fn(|c| pulp::cast([c as u64; 8]));
+    let mut acc: [__m512d; K] = sums.map(pulp::cast);
+    let whole = out.len().min(col.len()).min(ids.len()) / 8 * 8;
+    for ((o, v), g) in out[..whole]
+        .chunks_exact_mut(8)
+        .zip(col[..whole].chunks_exact(8))
+        .zip(ids[..whole].chunks_exact(8))
+    {
+        let g: [u8; 8] = g.try_into().unwrap_or_default();
+        let v: [f64; 8] = v.try_into().unwrap_or_default();
+        let g: __m128i = pulp::cast([u64::from_le_bytes(g), 0]);
+        let g: __m512i = f._mm512_cvtepu8_epi64(g);
+        let s = f._mm512_permutexvar_pd(g, table);
+        let known = f._mm512_cmplt_epu64_mask(g, limit);
+        let e = f._mm512_maskz_sub_pd(known, pulp::cast(v), s);
+        for c in 0..K {
+            let is_c = f._mm512_cmpeq_epu64_mask(g, ks[c]);
+            acc[c] = f._mm512_mask_add_pd(acc[c], is_c, acc[c], e);
+        }
+        let r: [f64; 8] = pulp::cast(e);
+        o.copy_from_slice(&r);
+    }
+    *sums = acc.map(pulp::cast);
+    whole
+}
+
+/// Rows per pass of [`RowBlock::shifted_pooled_scatter`]: the pass's deviations stay in L1 up
+/// to d = 16 (32 KB).
+const SHIFTED_PASS_ROWS: usize = 256;
 
 /// Σ_t y_t y_tᵀ (d × d column-major, both triangles) of a centred block's rows, each of weight
 /// one (column j at `y[j · stride..]`, as many rows as `ones` has, those past the data zero),
@@ -3757,9 +4036,90 @@ mod tests {
                             block.centred_scatter(&mut got, &mut scratch);
                             assert_symmetric_close(&got, &want, d, &format!("by rows: {what}"));
                         }
+                        // In one shifted pass: the same means and scatter, to rounding,
+                        // wherever the path runs.
+                        let what = format!("shifted: {what}");
+                        let (mut means, mut got) = (vec![f64::NAN; k * d], vec![f64::NAN; d * d]);
+                        let ran = block.shifted_pooled_scatter(
+                            view,
+                            &labels,
+                            &counts,
+                            &mut means,
+                            &mut got,
+                            &mut scratch,
+                        );
+                        #[cfg(target_arch = "x86_64")]
+                        let runs = pulp::x86::V4::is_available()
+                            && k <= SHIFTED_MAX_GROUPS
+                            && crate::block::contiguous_columns(view, 0..d).is_some();
+                        #[cfg(not(target_arch = "x86_64"))]
+                        let runs = false;
+                        assert_eq!(ran, runs, "{what}");
+                        if ran {
+                            assert_symmetric_close(&got, &want, d, &what);
+                            for c in 0..k {
+                                for j in 0..d {
+                                    let want = match counts[c] {
+                                        0 => 0.0,
+                                        m => want_sums[(c, j)] / m as f64,
+                                    };
+                                    let got = means[c * d + j];
+                                    assert!(
+                                        (got - want).abs() <= 1e-13 * want.abs().max(1.0),
+                                        "mean ({c}, {j}): {got} vs {want}, {what}"
+                                    );
+                                }
+                            }
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// The shifted pass declines a chunk whose shift is far from its class's mean against the
+    /// class's spread (a class's first rows far from the rest), and one with a value that is
+    /// not finite, leaving them to the two centred passes; it takes a shift near the mean.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_shifted_pass_declines_far_shifts_and_values_not_finite() {
+        if !pulp::x86::V4::is_available() {
+            return;
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(31);
+        let (n, d, k) = (1000, 5, 2);
+        let labels: Vec<usize> = (0..n).map(|i| i % k).collect();
+        let counts = crate::moments::group_counts(&labels, k);
+        let mut scratch = Vec::new();
+        let mut block = RowBlock::new();
+        let mut run = |x: &Mat<f64>| {
+            let (mut means, mut s) = (vec![0.0; k * d], vec![0.0; d * d]);
+            block.shifted_pooled_scatter(
+                x.as_ref(),
+                &labels,
+                &counts,
+                &mut means,
+                &mut s,
+                &mut scratch,
+            )
+        };
+        let mut x = Mat::from_fn(n, d, |_, _| -> f64 { StandardNormal.sample(&mut rng) });
+        assert!(run(&x), "near shifts");
+        // Class 1's first eight rows (rows 1, 3, …, 15) 30 σ off in column 2: its shift is
+        // then about 30 from its mean, c (m − s)² ≈ 500 · 900 against a pooled scatter of
+        // about 1000 + 8 · 900.
+        for i in 0..8 {
+            x[(2 * i + 1, 2)] += 30.0;
+        }
+        assert!(!run(&x), "a far shift");
+        for i in 0..8 {
+            x[(2 * i + 1, 2)] -= 30.0;
+        }
+        assert!(run(&x), "near shifts again");
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let mut xn = x.clone();
+            xn[(700, 4)] = bad;
+            assert!(!run(&xn), "{bad}");
         }
     }
 

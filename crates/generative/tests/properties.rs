@@ -1996,6 +1996,8 @@ fn labeled_gaussian_fits_checked_by_their_sums_name_every_bad_value() {
         (Spherical, 9, 2),
         (Full, 4, 2),
         (Tied, 4, 2),
+        // A shared covariance of one or two classes: one shifted pass (its means the check).
+        (Tied, 16, 2),
         (Diagonal, 5, 6),
         (Spherical, 9, 6),
         (Tied, 4, 6),
