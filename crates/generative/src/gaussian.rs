@@ -915,12 +915,13 @@ impl Checked<GaussianParams> {
             let counts = group_counts(labels, k);
             // The class means row by row, as `PooledStats::means` keeps them.
             let mut means = vec![0.0; k * d];
-            // With one or two classes and AVX-512, first in one shifted pass, its means the
+            // With up to four classes and AVX-512, first in one shifted pass, its means the
             // check: the rows go from memory through L1 into the tiles once, where the sums
             // read the chunk from memory, then the centring and the tiles followed
             // (`RowBlock::shifted_pooled_scatter`; `profile lda-fit`, `PROFILE_COLD=cs`, p10 of
-            // alternated runs on the Zen 4 EPYC: d = 16, K = 2 8.42 → 6.64 ms).
-            if centring_by_group_pays(k) {
+            // 168 alternated runs on the Zen 4 EPYC: d = 16, K = 2 8.05 → 6.42 ms; for K = 3
+            // and 4, and where it declines a chunk, the passes below).
+            if k <= density::scatter::SHIFTED_MAX_GROUPS {
                 let mut within = vec![0.0; d * d];
                 if row_block.shifted_pooled_scatter(
                     chunk.x,
