@@ -1297,7 +1297,7 @@ fn centre_and_sum_v4<const K: usize>(
     out: &mut [f64],
     sums: &mut [pulp::f64x8; K],
 ) -> usize {
-    use std::arch::x86_64::{__m128i, __m512d, __m512i};
+    use std::arch::x86_64::{__m512d, __m512i};
     let f = simd.avx512f;
     let mut table = [0.0f64; 8];
     table[..K].copy_from_slice(&shifts[..K]);
@@ -1311,13 +1311,10 @@ fn centre_and_sum_v4<const K: usize>(
         .zip(col[..whole].chunks_exact(8))
         .zip(ids[..whole].chunks_exact(8))
     {
-        let g: [u8; 8] = g.try_into().unwrap_or_default();
-        let v: [f64; 8] = v.try_into().unwrap_or_default();
-        let g: __m128i = pulp::cast([u64::from_le_bytes(g), 0]);
-        let g: __m512i = f._mm512_cvtepu8_epi64(g);
+        let (g, v) = group_ids_and_values_v4(simd, g, v);
         let s = f._mm512_permutexvar_pd(g, table);
         let known = f._mm512_cmplt_epu64_mask(g, limit);
-        let e = f._mm512_maskz_sub_pd(known, pulp::cast(v), s);
+        let e = f._mm512_maskz_sub_pd(known, v, s);
         for c in 0..K {
             let is_c = f._mm512_cmpeq_epu64_mask(g, ks[c]);
             acc[c] = f._mm512_mask_add_pd(acc[c], is_c, acc[c], e);
@@ -1484,12 +1481,27 @@ struct Centring<'a> {
     k: usize,
 }
 
+/// Eight rows' groups (bytes) widened to 64-bit lanes, and their eight values.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn group_ids_and_values_v4(
+    simd: pulp::x86::V4,
+    ids: &[u8],
+    values: &[f64],
+) -> (std::arch::x86_64::__m512i, std::arch::x86_64::__m512d) {
+    use std::arch::x86_64::__m128i;
+    let g: [u8; 8] = ids.try_into().unwrap_or_default();
+    let v: [f64; 8] = values.try_into().unwrap_or_default();
+    let g: __m128i = pulp::cast([u64::from_le_bytes(g), 0]);
+    (simd.avx512f._mm512_cvtepu8_epi64(g), pulp::cast(v))
+}
+
 /// [`centre_by_group_with`]'s rows up to the last whole eight with AVX-512: each row's mean
 /// picked from two registers by its group (`vpermt2pd`); returns how many rows it wrote.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn centre_by_group_v4(simd: pulp::x86::V4, rows: &Centring<'_>, out: &mut [f64]) -> usize {
-    use std::arch::x86_64::{__m128i, __m512i};
+    use std::arch::x86_64::__m512i;
     let Centring { col, ids, table, k } = *rows;
     let lo: [f64; 8] = table[..8].try_into().unwrap_or_default();
     let hi: [f64; 8] = table[8..].try_into().unwrap_or_default();
@@ -1502,13 +1514,10 @@ fn centre_by_group_v4(simd: pulp::x86::V4, rows: &Centring<'_>, out: &mut [f64])
         .zip(col[..whole].chunks_exact(8))
         .zip(ids[..whole].chunks_exact(8))
     {
-        let g: [u8; 8] = g.try_into().unwrap_or_default();
-        let v: [f64; 8] = v.try_into().unwrap_or_default();
-        let g: __m128i = pulp::cast([u64::from_le_bytes(g), 0]);
-        let g: __m512i = f._mm512_cvtepu8_epi64(g);
+        let (g, v) = group_ids_and_values_v4(simd, g, v);
         let m = f._mm512_permutex2var_pd(lo, g, hi);
         let known = f._mm512_cmplt_epu64_mask(g, limit);
-        let r: [f64; 8] = pulp::cast(f._mm512_maskz_sub_pd(known, pulp::cast(v), m));
+        let r: [f64; 8] = pulp::cast(f._mm512_maskz_sub_pd(known, v, m));
         o.copy_from_slice(&r);
     }
     whole
