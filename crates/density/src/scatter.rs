@@ -813,7 +813,7 @@ impl RowBlock {
 
     /// The pooled within-group scatter and the group means of the rows of `x` in one pass, each
     /// row less its group's shift: the shift s_g is the mean of group g's first
-    /// [`SHIFT_ROWS`] rows (fewer if it has fewer), e_t = x_t − s_g is centred a pass of rows at
+    /// 8 rows (fewer if it has fewer), e_t = x_t − s_g is centred a pass of rows at
     /// a time into a buffer in L1, added to its group's sums Σe and taken by the tiles into
     /// Σ e eᵀ; then m_g = s_g + Σe / c_g and S = Σ e eᵀ − Σ_g (Σe)(Σe / c_g)ᵀ. Writes the means
     /// (k × d, row-major, zero for an empty group) and S (d × d column-major, both triangles).
