@@ -915,44 +915,39 @@ impl Checked<GaussianParams> {
             let counts = group_counts(labels, k);
             // The class means row by row, as `PooledStats::means` keeps them.
             let mut means = vec![0.0; k * d];
-            // With up to four classes and AVX-512, first in one shifted pass, its means the
-            // check: the rows go from memory through L1 into the tiles once, where the sums
-            // read the chunk from memory, then the centring and the tiles followed
+            // With up to four classes and AVX-512, one shifted pass first: the rows go from
+            // memory through L1 into the tiles once, where the passes below read the chunk
+            // from memory for the sums, then centre it, then run the tiles
             // (`RowBlock::shifted_pooled_scatter`; `profile lda-fit`, `PROFILE_COLD=cs`, p10 of
-            // 168 alternated runs on the Zen 4 EPYC: d = 16, K = 2 8.05 → 6.42 ms; for K = 3
-            // and 4, and where it declines a chunk, the passes below).
-            if k <= density::scatter::SHIFTED_MAX_GROUPS {
-                let mut within = vec![0.0; d * d];
-                if row_block.shifted_pooled_scatter(
+            // 168 alternated runs on the Zen 4 EPYC: d = 16, K = 2 8.05 → 6.42 ms). Where it
+            // declines a chunk, the passes below.
+            let mut within = vec![0.0; d * d];
+            let shifted = k <= density::scatter::SHIFTED_MAX_GROUPS
+                && row_block.shifted_pooled_scatter(
                     chunk.x,
                     labels,
                     &counts,
                     &mut means,
                     &mut within,
                     buffer,
-                ) {
-                    check_through_sums(&chunk, MatRef::from_row_major_slice(&means, k, d))?;
-                    return Ok(ChunkStats::Pooled(PooledStats {
-                        weights: counts.iter().map(|&c| c as f64).collect(),
-                        means,
-                        within,
-                    }));
-                }
+                );
+            let laid = shifted || {
                 means.fill(0.0);
-            }
-            let laid = if centring_by_group_pays(k) {
-                let mut sums = MatMut::from_row_major_slice_mut(&mut means, k, d);
-                row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
-                divide_by_counts(sums, &counts);
-                true
-            } else {
-                row_block.load_centred_by_rows(chunk.x, labels, &counts, &mut means)
+                if centring_by_group_pays(k) {
+                    let mut sums = MatMut::from_row_major_slice_mut(&mut means, k, d);
+                    row_block.load_centred_by_group(chunk.x, labels, &counts, sums.as_mut());
+                    divide_by_counts(sums, &counts);
+                    true
+                } else {
+                    row_block.load_centred_by_rows(chunk.x, labels, &counts, &mut means)
+                }
             };
             if laid {
                 // A non-finite sum makes its mean non-finite, and a finite one a finite mean.
                 check_through_sums(&chunk, MatRef::from_row_major_slice(&means, k, d))?;
-                let mut within = vec![0.0; d * d];
-                row_block.centred_scatter(&mut within, buffer);
+                if !shifted {
+                    row_block.centred_scatter(&mut within, buffer);
+                }
                 return Ok(ChunkStats::Pooled(PooledStats {
                     weights: counts.iter().map(|&c| c as f64).collect(),
                     means,
